@@ -1,0 +1,36 @@
+# The two commands: `make demo` and `make test`. Both build .venv in the repo root from PyPI
+# (MPI included: mpi4py with the mpich wheel); only a C compiler is assumed.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+MPI     ?= mpich
+RANKS   ?= 2
+SOURCES := $(wildcard native/include/*.h native/src/*.c native/src/*.h native/binding/*.c) \
+           setup.py pyproject.toml
+
+.PHONY: demo test bench install clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python $(SOURCES) $(wildcard collectives/*.py collectives/*/*.py pooltensor/*.py)
+	$(BIN)/pip install -q "numpy>=1.24" "msgpack>=1.0" "mpi4py>=4.0" $(MPI) \
+	    pytest pytest-timeout hypothesis matplotlib "setuptools>=68" wheel
+	$(BIN)/pip install -q --no-build-isolation --no-deps .
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	cd examples && ../$(BIN)/python -m collectives.launch -n $(RANKS) windows_demo.py
+
+test: $(STAMP)
+	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/mpiexec -n 2 $(BIN)/python bench/rma.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info collectives/_native*.so

@@ -1,0 +1,16 @@
+"""collectives: ranks, transports, one-sided windows and collective operations.
+
+    import collectives
+    world = collectives.init()          # mpiexec, POOLTENSOR_* variables, or a world of one
+    win = world.expose(1 << 20)         # every rank exposes 1 MiB
+    win.put((world.rank + 1) % world.size, 0, b"hello")
+    world.barrier()
+"""
+from .errors import (BootstrapError, CollectiveMismatch, PeerLost, PooltensorError,
+                     RemoteAccessError, Timeout, TransportError)
+from .window import Request, Window
+from .world import World, finalize, init
+
+__all__ = ["init", "finalize", "World", "Window", "Request", "PooltensorError",
+           "TransportError", "RemoteAccessError", "PeerLost", "Timeout", "BootstrapError",
+           "CollectiveMismatch"]

@@ -1,0 +1,177 @@
+"""One-sided windows: memory each rank exposes, read and written by any rank without the
+target's Python taking part (MPI's names: get, put, fetch_add, compare_swap, flush).
+
+The methods are thin: normalize the arguments, make one native call, and turn a native status
+into a typed error that names the rank, host, offset and length.
+"""
+from . import _native
+from .errors import PeerLost, RemoteAccessError, Timeout, TransportError
+
+_ACCESS = {"r": 1, "rw": 3}
+
+
+def raise_native(err, rank=None, host=None, offset=None, length=None, what="access"):
+    """Re-raise a _native.Error as the collectives error it stands for."""
+    status, errno, text = err.args
+    kw = dict(rank=rank, host=host, offset=offset, length=length)
+    if status in (_native.ERR_KEY, _native.ERR_BOUNDS, _native.ERR_MODE, _native.ERR_ALIGN):
+        raise RemoteAccessError(f"{what} refused at the target: {text}", **kw) from None
+    if status == _native.ERR_PEER_LOST:
+        raise PeerLost(f"{what} failed: {text}", **kw) from None
+    if status == _native.ERR_TIMEOUT:
+        raise Timeout(f"{what} timed out", **kw) from None
+    if status == _native.ERR_INVALID:
+        raise ValueError(f"{what}: {text}") from None
+    if status == _native.ERR_SYS:
+        import os
+        hint = ""
+        if errno == 1:
+            hint = " (cross-memory attach is not permitted here; expose memory from world.alloc())"
+        raise TransportError(f"{what} failed: {os.strerror(errno)}{hint}", **kw) from None
+    raise TransportError(f"{what} failed: {text}", **kw) from None
+
+
+def _nbytes(buf):
+    return memoryview(buf).nbytes
+
+
+class Request:
+    """An asynchronous get or put in flight; wait() or test() to complete it."""
+
+    __slots__ = ("_req", "_where", "_done")
+
+    def __init__(self, req, where):
+        self._req, self._where, self._done = req, where, False
+
+    def wait(self, timeout=None):
+        """Block until the transfer is done or `timeout` seconds pass (Timeout)."""
+        try:
+            self._req.wait(timeout)
+        except _native.Error as e:
+            raise_native(e, *self._where)
+        self._done = True
+
+    def test(self):
+        """True once the transfer is done (raises its error if it failed)."""
+        try:
+            self._done = self._req.test()
+        except _native.Error as e:
+            raise_native(e, *self._where)
+        return self._done
+
+
+class Window:
+    """Memory exposed by every rank of a world; made by World.expose (a collective call)."""
+
+    def __init__(self, world, buffer, access, keys, sizes, accesses, owned=None):
+        self.world = world
+        self.buffer = buffer
+        self.access = access
+        self.sizes = sizes            # bytes exposed by each rank
+        self.accesses = accesses      # "r" or "rw" for each rank
+        self._keys = keys
+        self._owned = owned           # segment allocated for this window, if any
+        self._ctx = world._ctx
+        self._pending = []
+        self._closed = False
+
+    def _where(self, rank, offset, length):
+        return (rank, self.world.hosts[rank] if 0 <= rank < self.world.size else None,
+                offset, length)
+
+    def _check(self, rank, offset):
+        if self._closed:
+            raise ValueError("window is closed")
+        if not 0 <= rank < self.world.size:
+            raise ValueError(f"rank {rank} out of range for a world of {self.world.size}")
+        self.world._route(rank)
+        if offset < 0:
+            raise RemoteAccessError("negative offset", rank=rank, offset=offset)
+
+    def get(self, rank, offset, out):
+        """Read len(out) bytes at `offset` of rank's memory into `out`; returns `out`."""
+        self._check(rank, offset)
+        try:
+            self._ctx.get(rank, self._keys[rank], offset, out)
+        except _native.Error as e:
+            raise_native(e, *self._where(rank, offset, _nbytes(out)), what="get")
+        return out
+
+    def put(self, rank, offset, data):
+        """Write the bytes of `data` at `offset` of rank's memory."""
+        self._check(rank, offset)
+        try:
+            self._ctx.put(rank, self._keys[rank], offset, data)
+        except _native.Error as e:
+            raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put")
+
+    def _async(self, fn, rank, offset, buf, what):
+        self._check(rank, offset)
+        where = self._where(rank, offset, _nbytes(buf))
+        try:
+            req = Request(fn(rank, self._keys[rank], offset, buf), where)
+        except _native.Error as e:
+            raise_native(e, *where, what=what)
+        if len(self._pending) > 64:
+            self._pending = [r for r in self._pending if not r._done and not r._req.test()]
+        self._pending.append(req)
+        return req
+
+    def get_async(self, rank, offset, out):
+        """Start a get; the returned Request completes off the calling thread."""
+        return self._async(self._ctx.get_async, rank, offset, out, "get")
+
+    def put_async(self, rank, offset, data):
+        """Start a put; `data` must stay unchanged until the Request completes."""
+        return self._async(self._ctx.put_async, rank, offset, data, "put")
+
+    def fetch_add(self, rank, offset, value):
+        """Atomically add `value` to the int64 at `offset` of rank's memory; return the old value."""
+        self._check(rank, offset)
+        try:
+            return self._ctx.fetch_add(rank, self._keys[rank], offset, value)
+        except _native.Error as e:
+            raise_native(e, *self._where(rank, offset, 8), what="fetch_add")
+
+    def compare_swap(self, rank, offset, expected, new):
+        """Atomically replace the int64 at `offset` by `new` if it equals `expected`; return the old value."""
+        self._check(rank, offset)
+        try:
+            return self._ctx.compare_swap(rank, self._keys[rank], offset, expected, new)
+        except _native.Error as e:
+            raise_native(e, *self._where(rank, offset, 8), what="compare_swap")
+
+    def flush(self, rank=None, timeout=None):
+        """Complete every asynchronous operation this process started (to `rank`, if given)."""
+        timeout = self.world.timeout if timeout is None else timeout
+        keep = []
+        for req in self._pending:
+            if rank is None or req._where[0] == rank:
+                req.wait(timeout)
+            else:
+                keep.append(req)
+        self._pending = keep
+
+    def close(self):
+        """Collective: wait for every rank, then stop exposing this memory."""
+        if self._closed:
+            return
+        self.flush()
+        self.world.barrier()
+        self._closed = True
+        try:
+            self._ctx.deregister(self._keys[self.world.rank])
+        except _native.Error:
+            pass
+        if self._owned is not None:
+            self.world._release_segment(self._owned)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"<Window rank {self.world.rank}/{self.world.size} {self.sizes[self.world.rank]} "
+                f"bytes {self.access}>")

@@ -1,0 +1,132 @@
+/* pooltensor native data path: the one public header.
+ *
+ * C11, libc and pthreads only; knows nothing of Python. Every function returns a pt_status_t and
+ * writes its outputs (last arguments) only on success. Names are pt_<object>_<verb>.
+ */
+#ifndef PT_H
+#define PT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PT_OK = 0,
+    PT_ERR_INVALID,       /* bad argument from the caller */
+    PT_ERR_NOMEM,
+    PT_ERR_SYS,           /* a system call failed; errno kept in pt_last_errno() */
+    PT_ERR_KEY,           /* refused at the target: no registration under that key */
+    PT_ERR_BOUNDS,        /* refused at the target: range outside the registration */
+    PT_ERR_MODE,          /* refused at the target: write into a read-only registration */
+    PT_ERR_ALIGN,         /* atomics need 8-byte aligned offsets */
+    PT_ERR_UNSUPPORTED,   /* the transport cannot do this operation on this memory */
+    PT_ERR_TIMEOUT,
+    PT_ERR_PEER_LOST,
+    PT_ERR_CLOSED,
+} pt_status_t;
+
+const char *pt_status_str(pt_status_t st);
+int pt_last_errno(void);
+
+/* ---- segments: page-aligned shared memory (memfd), mappable by same-host peers ---- */
+
+typedef struct pt_segment pt_segment_t;
+
+pt_status_t pt_segment_create(size_t len, pt_segment_t **out);
+void pt_segment_destroy(pt_segment_t *seg);
+void *pt_segment_base(const pt_segment_t *seg);
+size_t pt_segment_len(const pt_segment_t *seg);
+int pt_segment_fd(const pt_segment_t *seg);
+
+/* ---- the endpoint: this process's control block, registrations, peers, progress ---- */
+
+typedef struct pt_ctx pt_ctx_t;
+typedef struct pt_req pt_req_t;
+
+enum { PT_ACCESS_R = 1, PT_ACCESS_RW = 3 };
+
+/* Where a peer's control block can be found: enough for a same-host peer to map it. */
+typedef struct {
+    int32_t pid;
+    int32_t ctrl_fd;
+    uint64_t ctrl_len;
+} pt_addr_t;
+
+pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out);
+void pt_ctx_destroy(pt_ctx_t *ctx);
+void pt_ctx_addr(const pt_ctx_t *ctx, pt_addr_t *out);
+/* Map a same-host peer's control block and start watching its process for death. */
+pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr);
+/* 1 when the peer is known to be gone. */
+int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank);
+/* Barrier over all ranks that share rank `root`'s control block (same host). */
+pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, double timeout);
+
+/* Registration: expose [base, base+len) under a fresh key. The range is served straight from
+ * a segment when it lies in one of this context's segments, otherwise by cross-memory
+ * attach (get/put only). */
+pt_status_t pt_ctx_register(pt_ctx_t *ctx, void *base, size_t len, int access, uint64_t *key_out);
+pt_status_t pt_ctx_deregister(pt_ctx_t *ctx, uint64_t key);
+/* Track a segment made by pt_segment_create so registrations inside it go direct. */
+pt_status_t pt_ctx_add_segment(pt_ctx_t *ctx, pt_segment_t *seg);
+pt_status_t pt_ctx_remove_segment(pt_ctx_t *ctx, pt_segment_t *seg);
+
+/* One-sided operations. Checked against the target's registration table (key, bounds, mode). */
+pt_status_t pt_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len);
+pt_status_t pt_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src, size_t len);
+pt_status_t pt_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                         int64_t *old_out);
+pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t expected,
+                            int64_t desired, int64_t *old_out);
+
+/* Asynchronous get/put: completed by the context's progress threads, never the caller. */
+pt_status_t pt_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len,
+                         pt_req_t **out);
+pt_status_t pt_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
+                         size_t len, pt_req_t **out);
+/* PT_OK when done, PT_ERR_TIMEOUT when not done in time (request still live), or the
+ * operation's own error. timeout < 0 waits for ever. */
+pt_status_t pt_req_wait(pt_req_t *req, double timeout);
+/* 1 when complete (status in *st), 0 otherwise. */
+int pt_req_test(pt_req_t *req, pt_status_t *st);
+/* Drop the caller's reference; the request is freed once complete. */
+void pt_req_release(pt_req_t *req);
+
+/* ---- kernels ---- */
+
+typedef enum {
+    PT_I8, PT_I16, PT_I32, PT_I64, PT_U8, PT_U16, PT_U32, PT_U64,
+    PT_F16, PT_BF16, PT_F32, PT_F64, PT_NDTYPES
+} pt_dtype_t;
+
+typedef enum { PT_SUM, PT_PROD, PT_MIN, PT_MAX, PT_NOPS } pt_op_t;
+
+size_t pt_dtype_size(pt_dtype_t dt);
+/* Name of the instruction set the kernels dispatched to: "avx512", "avx2", "neon", "scalar". */
+const char *pt_kernels_isa(void);
+
+void pt_copy(void *dst, const void *src, size_t len);
+/* Strided N-d gather into contiguous dst / scatter from contiguous src. Strides in bytes,
+ * may be negative. */
+pt_status_t pt_gather(void *dst, const void *src, int ndim, const int64_t *shape,
+                      const int64_t *strides, size_t itemsize);
+pt_status_t pt_scatter(void *dst, const void *src, int ndim, const int64_t *shape,
+                       const int64_t *strides, size_t itemsize);
+/* dst[i] = srcs[0][i] op srcs[1][i] op ... srcs[nsrc-1][i], left to right; 16-bit floats are
+ * accumulated in float32 and rounded once. dst may alias srcs[0]. */
+pt_status_t pt_reduce(pt_op_t op, pt_dtype_t dt, void *dst, const void *const *srcs, int nsrc,
+                      size_t count);
+/* Reduce a whole buffer to one value, written in the accumulator type: int64 for signed
+ * integers, uint64 for unsigned, float32 for float16/bfloat16/float32, float64 for float64.
+ * Integer sums and products wrap as numpy's do; NaN propagates through min and max.
+ * count == 0 gives the op's identity (min/max of nothing: PT_ERR_INVALID). */
+pt_status_t pt_reduce_all(pt_op_t op, pt_dtype_t dt, const void *src, size_t count, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

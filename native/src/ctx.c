@@ -1,0 +1,293 @@
+/* The endpoint: control block, registrations, local segments and same-host peers. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static uint64_t random_nonce(void)
+{
+    uint64_t v = 0;
+    if (syscall(SYS_getrandom, &v, sizeof(v), 0) != (long)sizeof(v))
+        v = (uint64_t)pt__now() * 6364136223846793005ULL ^ (uint64_t)getpid();
+    v &= 0xffffffffffffULL;
+    return v ? v : 1;
+}
+
+pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
+{
+    if (rank < 0 || size <= 0 || rank >= size || !out)
+        return PT_ERR_INVALID;
+    pt_status_t st = PT_ERR_NOMEM;
+    pt_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return PT_ERR_NOMEM;
+    ctx->rank = rank;
+    ctx->size = size;
+    ctx->nthreads = nthreads > 0 ? nthreads : 1;
+    ctx->next_gen = 1;
+    ctx->wake_fd = -1;
+    pthread_mutex_init(&ctx->reg_lock, NULL);
+    pthread_mutex_init(&ctx->q_lock, NULL);
+    pthread_cond_init(&ctx->q_cond, NULL);
+    ctx->peers = calloc((size_t)size, sizeof(pt_peer_t));
+    if (!ctx->peers)
+        goto err_free;
+    for (int i = 0; i < size; i++) {
+        pthread_mutex_init(&ctx->peers[i].lock, NULL);
+        ctx->peers[i].pidfd = -1;
+    }
+    st = pt_segment_create(sizeof(pt_ctrl_t), &ctx->ctrl_seg);
+    if (st != PT_OK)
+        goto err_peers;
+    ctx->ctrl = pt_segment_base(ctx->ctrl_seg);
+    ctx->ctrl->magic = PT_CTRL_MAGIC;
+    ctx->ctrl->pid = getpid();
+    ctx->ctrl->rank = rank;
+    for (int i = 0; i < PT_MAX_SEGS; i++)
+        ctx->ctrl->segs[i].fd = -1;
+    /* This process is its own peer: the same code path serves local and remote ranks. */
+    pt_addr_t self;
+    pt_ctx_addr(ctx, &self);
+    st = pt_ctx_connect(ctx, rank, &self);
+    if (st != PT_OK)
+        goto err_ctrl;
+    st = pt__progress_start(ctx);
+    if (st != PT_OK)
+        goto err_ctrl;
+    st = pt__monitor_start(ctx);
+    if (st != PT_OK)
+        goto err_progress;
+    *out = ctx;
+    return PT_OK;
+err_progress:
+    pt__progress_stop(ctx);
+err_ctrl:
+    pt_segment_destroy(ctx->ctrl_seg);
+err_peers:
+    free(ctx->peers);
+err_free:
+    free(ctx);
+    return st;
+}
+
+static void peer_unmap(pt_peer_t *p)
+{
+    for (int s = 0; s < PT_MAX_SEGS; s++) {
+        pt_map_t *m = atomic_load(&p->maps[s]);
+        if (m) {
+            munmap(m->base, m->len);
+            free(m);
+        }
+    }
+    for (pt_map_t *m = p->retired; m;) {
+        pt_map_t *next = m->older;
+        munmap(m->base, m->len);
+        free(m);
+        m = next;
+    }
+    if (p->ctrl)
+        munmap(p->ctrl, p->ctrl_len);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+}
+
+void pt_ctx_destroy(pt_ctx_t *ctx)
+{
+    if (!ctx)
+        return;
+    pt__monitor_stop(ctx);
+    pt__progress_stop(ctx);
+    for (int i = 0; i < ctx->size; i++)
+        peer_unmap(&ctx->peers[i]);
+    free(ctx->peers);
+    pt_segment_destroy(ctx->ctrl_seg);
+    free(ctx);
+}
+
+void pt_ctx_addr(const pt_ctx_t *ctx, pt_addr_t *out)
+{
+    out->pid = getpid();
+    out->ctrl_fd = pt_segment_fd(ctx->ctrl_seg);
+    out->ctrl_len = pt_segment_len(ctx->ctrl_seg);
+}
+
+/* Open a peer's fd through /proc; write access when it can be had, else read-only. */
+int pt__open_peer_fd(int32_t pid, int32_t fd, int *writable)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)fd);
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    *writable = 1;
+    if (f < 0 && (errno == EACCES || errno == EROFS)) {
+        f = open(path, O_RDONLY | O_CLOEXEC);
+        *writable = 0;
+    }
+    return f;
+}
+
+pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
+{
+    if (rank < 0 || rank >= ctx->size || !addr || addr->ctrl_len < sizeof(pt_ctrl_t))
+        return PT_ERR_INVALID;
+    pt_peer_t *p = &ctx->peers[rank];
+    if (p->connected)
+        return PT_OK;
+    int writable;
+    int fd = pt__open_peer_fd(addr->pid, addr->ctrl_fd, &writable);
+    if (fd < 0)
+        return errno == ENOENT || errno == ESRCH ? PT_ERR_PEER_LOST : pt__sys();
+    /* Barrier words live in the root's block, so every block is mapped writable. */
+    void *base = mmap(NULL, addr->ctrl_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return pt__sys();
+    pt_ctrl_t *c = base;
+    if (c->magic != PT_CTRL_MAGIC || c->pid != addr->pid) {
+        munmap(base, addr->ctrl_len);
+        return PT_ERR_INVALID;
+    }
+    p->pid = addr->pid;
+    p->ctrl = c;
+    p->ctrl_len = addr->ctrl_len;
+    if (rank != ctx->rank)
+        p->pidfd = (int)syscall(SYS_pidfd_open, addr->pid, 0);
+    p->connected = 1;
+    pt__monitor_poke(ctx);
+    return PT_OK;
+}
+
+int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank)
+{
+    if (rank < 0 || rank >= ctx->size)
+        return 0;
+    return atomic_load(&ctx->peers[rank].lost);
+}
+
+pt_status_t pt_ctx_add_segment(pt_ctx_t *ctx, pt_segment_t *seg)
+{
+    pthread_mutex_lock(&ctx->reg_lock);
+    pt_status_t st = PT_ERR_NOMEM;
+    for (int s = 0; s < PT_MAX_SEGS; s++) {
+        if (ctx->segs[s] == seg) {
+            st = PT_OK;
+            break;
+        }
+        if (!ctx->segs[s]) {
+            ctx->segs[s] = seg;
+            pt_ctrl_seg_t *cs = &ctx->ctrl->segs[s];
+            cs->fd = pt_segment_fd(seg);
+            cs->len = pt_segment_len(seg);
+            atomic_store_explicit(&cs->gen, ctx->next_gen++, memory_order_release);
+            st = PT_OK;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ctx->reg_lock);
+    return st;
+}
+
+pt_status_t pt_ctx_remove_segment(pt_ctx_t *ctx, pt_segment_t *seg)
+{
+    pthread_mutex_lock(&ctx->reg_lock);
+    pt_status_t st = PT_ERR_INVALID;
+    for (int s = 0; s < PT_MAX_SEGS; s++) {
+        if (ctx->segs[s] != seg)
+            continue;
+        for (int r = 0; r < PT_MAX_REGS; r++) {
+            pt_ctrl_reg_t *reg = &ctx->ctrl->regs[r];
+            if (atomic_load(&reg->key) && reg->seg == s)
+                atomic_store(&reg->key, 0);
+        }
+        atomic_store(&ctx->ctrl->segs[s].gen, 0);
+        ctx->ctrl->segs[s].fd = -1;
+        ctx->segs[s] = NULL;
+        st = PT_OK;
+        break;
+    }
+    pthread_mutex_unlock(&ctx->reg_lock);
+    return st;
+}
+
+pt_status_t pt_ctx_register(pt_ctx_t *ctx, void *base, size_t len, int access, uint64_t *key_out)
+{
+    if ((access != PT_ACCESS_R && access != PT_ACCESS_RW) || !key_out || (!base && len))
+        return PT_ERR_INVALID;
+    pthread_mutex_lock(&ctx->reg_lock);
+    int seg = -1;
+    uint64_t off = (uint64_t)(uintptr_t)base;
+    for (int s = 0; s < PT_MAX_SEGS; s++) {
+        pt_segment_t *sg = ctx->segs[s];
+        uint8_t *b = sg ? pt_segment_base(sg) : NULL;
+        if (sg && (uint8_t *)base >= b && (uint8_t *)base + len <= b + pt_segment_len(sg)) {
+            seg = s;
+            off = (uint64_t)((uint8_t *)base - b);
+            break;
+        }
+    }
+    pt_status_t st = PT_ERR_NOMEM;
+    for (int r = 0; r < PT_MAX_REGS; r++) {
+        pt_ctrl_reg_t *reg = &ctx->ctrl->regs[r];
+        if (atomic_load(&reg->key))
+            continue;
+        reg->access = (uint32_t)access;
+        reg->seg = seg;
+        reg->off = off;
+        reg->len = len;
+        uint64_t key = (random_nonce() << 16) | (uint64_t)r;
+        atomic_store_explicit(&reg->key, key, memory_order_release);
+        *key_out = key;
+        st = PT_OK;
+        break;
+    }
+    pthread_mutex_unlock(&ctx->reg_lock);
+    return st;
+}
+
+pt_status_t pt_ctx_deregister(pt_ctx_t *ctx, uint64_t key)
+{
+    uint64_t slot = key & 0xffff;
+    if (slot >= PT_MAX_REGS)
+        return PT_ERR_KEY;
+    pthread_mutex_lock(&ctx->reg_lock);
+    uint64_t expected = key;
+    int ok = atomic_compare_exchange_strong(&ctx->ctrl->regs[slot].key, &expected, 0);
+    pthread_mutex_unlock(&ctx->reg_lock);
+    return ok ? PT_OK : PT_ERR_KEY;
+}
+
+pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, double timeout)
+{
+    if (root < 0 || root >= ctx->size || n <= 0 || !ctx->peers[root].connected)
+        return PT_ERR_INVALID;
+    pt_ctrl_t *c = ctx->peers[root].ctrl;
+    uint32_t gen = atomic_load_explicit(&c->bar_gen, memory_order_acquire);
+    if (atomic_fetch_add(&c->bar_count, 1) + 1 == (uint32_t)n) {
+        atomic_store(&c->bar_count, 0);
+        atomic_fetch_add_explicit(&c->bar_gen, 1, memory_order_release);
+        pt__futex_wake(&c->bar_gen, 1);
+        return PT_OK;
+    }
+    double start = pt__now(), spin = pt__spin_seconds();
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&c->bar_gen, memory_order_acquire) != gen)
+            return PT_OK;
+        if ((i & 63) != 63)
+            continue;
+        double now = pt__now();
+        if (now - start < spin)
+            continue;
+        for (int k = 0; k < n; k++)
+            if (pt_ctx_peer_lost(ctx, ranks[k]))
+                return PT_ERR_PEER_LOST;
+        if (timeout >= 0 && now - start > timeout)
+            return PT_ERR_TIMEOUT;
+        pt__futex_wait(&c->bar_gen, gen, 0.02, 1);
+    }
+}

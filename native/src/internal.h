@@ -1,0 +1,113 @@
+/* Private to native/: the control block shared with same-host peers, and helpers. */
+#ifndef PT_INTERNAL_H
+#define PT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "pt.h"
+
+#define PT_CTRL_MAGIC 0x70746374726c3031ULL
+#define PT_MAX_SEGS 256
+#define PT_MAX_REGS 1024
+#define PT_CACHELINE 64
+
+/* A segment this process exports: peers open /proc/<pid>/fd/<fd> and map it. gen != 0 when live. */
+typedef struct {
+    _Atomic uint64_t gen;
+    int32_t fd;
+    int32_t pad;
+    uint64_t len;
+} pt_ctrl_seg_t;
+
+/* A registration. key == 0: free. seg >= 0: offset inside segs[seg]; seg < 0: address served by
+ * cross-memory attach. Published by storing key last (release), read as a seqlock by peers. */
+typedef struct {
+    _Atomic uint64_t key;
+    uint32_t access;
+    int32_t seg;
+    uint64_t off;
+    uint64_t len;
+} pt_ctrl_reg_t;
+
+/* The control block: one page-aligned shared segment per process, written only by its owner
+ * except the barrier words, which every rank of the host updates on the root's block. */
+typedef struct {
+    uint64_t magic;
+    int32_t pid;
+    int32_t rank;
+    _Alignas(PT_CACHELINE) _Atomic uint32_t bar_count;
+    _Alignas(PT_CACHELINE) _Atomic uint32_t bar_gen;
+    _Alignas(PT_CACHELINE) pt_ctrl_seg_t segs[PT_MAX_SEGS];
+    pt_ctrl_reg_t regs[PT_MAX_REGS];
+} pt_ctrl_t;
+
+/* A mapping of one peer segment, immutable once published. */
+typedef struct pt_map {
+    uint64_t gen;
+    uint8_t *base;
+    size_t len;
+    int writable;
+    struct pt_map *older;
+} pt_map_t;
+
+typedef struct {
+    int connected;
+    int32_t pid;
+    int pidfd;
+    _Atomic int lost;
+    pt_ctrl_t *ctrl;
+    size_t ctrl_len;
+    pthread_mutex_t lock;                 /* taken only to map a segment */
+    _Atomic(pt_map_t *) maps[PT_MAX_SEGS];
+    pt_map_t *retired;                    /* replaced mappings, unmapped at destroy */
+} pt_peer_t;
+
+struct pt_req {
+    _Atomic uint32_t done;                /* futex word */
+    _Atomic int refs;
+    pt_status_t status;
+    int is_put;
+    int rank;
+    uint64_t key, off;
+    void *buf;
+    size_t len;
+    struct pt_req *next;
+};
+
+struct pt_ctx {
+    int rank, size;
+    pt_segment_t *ctrl_seg;
+    pt_ctrl_t *ctrl;
+    pt_segment_t *segs[PT_MAX_SEGS];      /* local segments, by slot */
+    uint64_t next_gen;
+    pthread_mutex_t reg_lock;
+    pt_peer_t *peers;
+    /* progress: a queue served by worker threads */
+    pthread_mutex_t q_lock;
+    pthread_cond_t q_cond;
+    pt_req_t *q_head, *q_tail;
+    int stopping;
+    int nthreads;
+    pthread_t *threads;
+    /* peer monitor */
+    pthread_t monitor;
+    int monitor_started;
+    int wake_fd;
+};
+
+pt_status_t pt__sys(void);             /* records errno, returns PT_ERR_SYS */
+double pt__now(void);
+int pt__futex_wait(_Atomic uint32_t *addr, uint32_t val, double timeout, int shared);
+void pt__futex_wake(_Atomic uint32_t *addr, int shared);
+/* Spin briefly, then block: returns once *addr != val, or at the deadline (returns 0). */
+double pt__spin_seconds(void);
+
+pt_status_t pt__progress_start(pt_ctx_t *ctx);
+void pt__progress_stop(pt_ctx_t *ctx);
+pt_status_t pt__monitor_start(pt_ctx_t *ctx);
+void pt__monitor_stop(pt_ctx_t *ctx);
+void pt__monitor_poke(pt_ctx_t *ctx);
+
+#endif

@@ -1,0 +1,93 @@
+/* The peer monitor: one thread blocked in poll() on every peer's pidfd, so a rank that dies
+ * (even by SIGKILL) is marked lost at once and every wait on it ends with PT_ERR_PEER_LOST.
+ * Where pidfd_open is missing, the same thread checks each peer with kill(pid, 0). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static void *monitor_main(void *arg)
+{
+    pt_ctx_t *ctx = arg;
+    struct pollfd *fds = calloc((size_t)ctx->size + 1, sizeof(*fds));
+    int *who = calloc((size_t)ctx->size + 1, sizeof(int));
+    if (!fds || !who) {
+        free(fds);
+        free(who);
+        return NULL;
+    }
+    for (;;) {
+        int n = 0;
+        fds[n].fd = ctx->wake_fd;
+        fds[n].events = POLLIN;
+        who[n++] = -1;
+        for (int r = 0; r < ctx->size; r++) {
+            pt_peer_t *p = &ctx->peers[r];
+            if (p->connected && p->pidfd >= 0 && !atomic_load(&p->lost)) {
+                fds[n].fd = p->pidfd;
+                fds[n].events = POLLIN;
+                who[n++] = r;
+            }
+        }
+        int rc = poll(fds, (nfds_t)n, 100);
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (fds[0].revents & POLLIN) {
+            uint64_t v;
+            if (read(ctx->wake_fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && v >= (1ULL << 40))
+                break; /* stop */
+        }
+        for (int i = 1; i < n; i++)
+            if (fds[i].revents)
+                atomic_store(&ctx->peers[who[i]].lost, 1);
+        for (int r = 0; r < ctx->size; r++) {
+            pt_peer_t *p = &ctx->peers[r];
+            if (p->connected && p->pidfd < 0 && r != ctx->rank && kill(p->pid, 0) != 0 &&
+                errno == ESRCH)
+                atomic_store(&p->lost, 1);
+        }
+    }
+    free(fds);
+    free(who);
+    return NULL;
+}
+
+pt_status_t pt__monitor_start(pt_ctx_t *ctx)
+{
+    ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ctx->wake_fd < 0)
+        return pt__sys();
+    if (pthread_create(&ctx->monitor, NULL, monitor_main, ctx) != 0) {
+        close(ctx->wake_fd);
+        ctx->wake_fd = -1;
+        return PT_ERR_SYS;
+    }
+    ctx->monitor_started = 1;
+    return PT_OK;
+}
+
+void pt__monitor_poke(pt_ctx_t *ctx)
+{
+    if (ctx->wake_fd < 0)
+        return;
+    uint64_t one = 1;
+    (void)!write(ctx->wake_fd, &one, sizeof(one));
+}
+
+void pt__monitor_stop(pt_ctx_t *ctx)
+{
+    if (ctx->monitor_started) {
+        uint64_t stop = 1ULL << 40;
+        (void)!write(ctx->wake_fd, &stop, sizeof(stop));
+        pthread_join(ctx->monitor, NULL);
+        ctx->monitor_started = 0;
+    }
+    if (ctx->wake_fd >= 0)
+        close(ctx->wake_fd);
+    ctx->wake_fd = -1;
+}

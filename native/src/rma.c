@@ -1,0 +1,242 @@
+/* One-sided get, put and atomics over shared memory. Each access is checked against the
+ * target's own registration table (in its control block): key, bounds and mode. Memory in a
+ * segment is mapped once and copied directly; other memory goes through cross-memory attach
+ * (process_vm_readv/writev), which the kernel serves without the target taking part. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int pt__open_peer_fd(int32_t pid, int32_t fd, int *writable);
+
+typedef struct {
+    int seg;          /* segment slot, or -1 for cross-memory attach */
+    uint64_t where;   /* offset in the segment, or address in the target */
+    uint32_t access;
+} pt_target_t;
+
+static pt_status_t lookup(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
+                          int write, pt_target_t *out)
+{
+    if (rank < 0 || rank >= ctx->size)
+        return PT_ERR_INVALID;
+    pt_peer_t *p = &ctx->peers[rank];
+    if (!p->connected)
+        return PT_ERR_INVALID;
+    if (atomic_load_explicit(&p->lost, memory_order_relaxed))
+        return PT_ERR_PEER_LOST;
+    uint64_t slot = key & 0xffff;
+    if (slot >= PT_MAX_REGS || key == 0)
+        return PT_ERR_KEY;
+    pt_ctrl_reg_t *reg = &p->ctrl->regs[slot];
+    if (atomic_load_explicit(&reg->key, memory_order_acquire) != key)
+        return PT_ERR_KEY;
+    pt_ctrl_reg_t r;
+    r.access = reg->access;
+    r.seg = reg->seg;
+    r.off = reg->off;
+    r.len = reg->len;
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&reg->key, memory_order_relaxed) != key)
+        return PT_ERR_KEY;
+    if (off > r.len || len > r.len - off)
+        return PT_ERR_BOUNDS;
+    if (write && !(r.access & 2))
+        return PT_ERR_MODE;
+    out->seg = r.seg;
+    out->where = r.off + off;
+    out->access = r.access;
+    return PT_OK;
+}
+
+/* The mapping of a peer's segment slot, made on first use and remade if the slot changed. */
+static pt_status_t peer_map(pt_ctx_t *ctx, int rank, int s, pt_map_t **out)
+{
+    pt_peer_t *p = &ctx->peers[rank];
+    uint64_t gen = atomic_load_explicit(&p->ctrl->segs[s].gen, memory_order_acquire);
+    pt_map_t *m = atomic_load_explicit(&p->maps[s], memory_order_acquire);
+    if (m && m->gen == gen) {
+        *out = m;
+        return PT_OK;
+    }
+    if (gen == 0)
+        return PT_ERR_KEY;
+    pthread_mutex_lock(&p->lock);
+    pt_status_t st = PT_OK;
+    m = atomic_load(&p->maps[s]);
+    if (!m || m->gen != gen) {
+        if (rank == ctx->rank) {
+            /* our own segment: no second mapping needed */
+            pt_segment_t *seg = ctx->segs[s];
+            pt_map_t *nm = seg ? calloc(1, sizeof(*nm)) : NULL;
+            if (!nm) {
+                st = seg ? PT_ERR_NOMEM : PT_ERR_KEY;
+                goto out;
+            }
+            nm->gen = gen;
+            nm->base = pt_segment_base(seg);
+            nm->len = 0; /* not ours to unmap */
+            nm->writable = 1;
+            nm->older = m;
+            atomic_store(&p->maps[s], nm);
+            m = nm;
+        } else {
+            int writable;
+            int fd = pt__open_peer_fd(p->pid, p->ctrl->segs[s].fd, &writable);
+            if (fd < 0) {
+                st = (errno == ENOENT || errno == ESRCH) ? PT_ERR_PEER_LOST : pt__sys();
+                goto out;
+            }
+            size_t len = p->ctrl->segs[s].len;
+            int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+            void *base = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+            close(fd);
+            if (base == MAP_FAILED) {
+                st = pt__sys();
+                goto out;
+            }
+            pt_map_t *nm = calloc(1, sizeof(*nm));
+            if (!nm) {
+                munmap(base, len);
+                st = PT_ERR_NOMEM;
+                goto out;
+            }
+            nm->gen = gen;
+            nm->base = base;
+            nm->len = len;
+            nm->writable = writable;
+            if (m) {
+                m->older = p->retired;
+                p->retired = m;
+            }
+            atomic_store_explicit(&p->maps[s], nm, memory_order_release);
+            m = nm;
+        }
+    }
+out:
+    pthread_mutex_unlock(&p->lock);
+    if (st == PT_OK)
+        *out = m;
+    return st;
+}
+
+static pt_status_t resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
+                           int write, uint8_t **ptr, pt_target_t *t)
+{
+    pt_status_t st = lookup(ctx, rank, key, off, len, write, t);
+    if (st != PT_OK)
+        return st;
+    *ptr = NULL;
+    if (t->seg < 0) {
+        if (rank == ctx->rank)
+            *ptr = (uint8_t *)(uintptr_t)t->where;
+        return PT_OK;
+    }
+    pt_map_t *m;
+    st = peer_map(ctx, rank, t->seg, &m);
+    if (st != PT_OK)
+        return st;
+    if (write && !m->writable)
+        return PT_ERR_MODE;
+    *ptr = m->base + t->where;
+    return PT_OK;
+}
+
+static pt_status_t cma(pt_ctx_t *ctx, int rank, uint64_t addr, void *buf, size_t len, int write)
+{
+    pid_t pid = ctx->peers[rank].pid;
+    size_t done = 0;
+    while (done < len) {
+        struct iovec l = {(uint8_t *)buf + done, len - done};
+        struct iovec r = {(void *)(uintptr_t)(addr + done), len - done};
+        ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == ESRCH)
+                return PT_ERR_PEER_LOST;
+            return pt__sys();
+        }
+        if (n == 0)
+            return PT_ERR_BOUNDS;
+        done += (size_t)n;
+    }
+    return PT_OK;
+}
+
+pt_status_t pt_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len)
+{
+    uint8_t *src;
+    pt_target_t t;
+    pt_status_t st = resolve(ctx, rank, key, off, len, 0, &src, &t);
+    if (st != PT_OK)
+        return st;
+    if (len == 0)
+        return PT_OK;
+    if (!src)
+        return cma(ctx, rank, t.where, dst, len, 0);
+    pt_copy(dst, src, len);
+    return PT_OK;
+}
+
+pt_status_t pt_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
+                   size_t len)
+{
+    uint8_t *dst;
+    pt_target_t t;
+    pt_status_t st = resolve(ctx, rank, key, off, len, 1, &dst, &t);
+    if (st != PT_OK)
+        return st;
+    if (len == 0)
+        return PT_OK;
+    if (!dst)
+        return cma(ctx, rank, t.where, (void *)(uintptr_t)src, len, 1);
+    pt_copy(dst, src, len);
+    return PT_OK;
+}
+
+static pt_status_t atomic_target(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                 _Atomic int64_t **out)
+{
+    uint8_t *p;
+    pt_target_t t;
+    pt_status_t st = resolve(ctx, rank, key, off, 8, 1, &p, &t);
+    if (st != PT_OK)
+        return st;
+    if (t.seg < 0)
+        return PT_ERR_UNSUPPORTED;
+    if (((uintptr_t)p & 7) != 0)
+        return PT_ERR_ALIGN;
+    *out = (_Atomic int64_t *)p;
+    return PT_OK;
+}
+
+pt_status_t pt_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                         int64_t *old_out)
+{
+    _Atomic int64_t *p;
+    pt_status_t st = atomic_target(ctx, rank, key, off, &p);
+    if (st != PT_OK)
+        return st;
+    *old_out = atomic_fetch_add(p, v);
+    return PT_OK;
+}
+
+pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t expected,
+                            int64_t desired, int64_t *old_out)
+{
+    _Atomic int64_t *p;
+    pt_status_t st = atomic_target(ctx, rank, key, off, &p);
+    if (st != PT_OK)
+        return st;
+    int64_t e = expected;
+    atomic_compare_exchange_strong(p, &e, desired);
+    *old_out = e;
+    return PT_OK;
+}

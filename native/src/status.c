@@ -1,0 +1,77 @@
+/* Status strings, errno capture, clocks and futexes shared by the whole data path. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static _Thread_local int last_errno;
+
+const char *pt_status_str(pt_status_t st)
+{
+    switch (st) {
+    case PT_OK: return "ok";
+    case PT_ERR_INVALID: return "invalid argument";
+    case PT_ERR_NOMEM: return "out of memory";
+    case PT_ERR_SYS: return "system call failed";
+    case PT_ERR_KEY: return "no registration under that key";
+    case PT_ERR_BOUNDS: return "range outside the registration";
+    case PT_ERR_MODE: return "write into a read-only registration";
+    case PT_ERR_ALIGN: return "atomic operations need an 8-byte aligned offset";
+    case PT_ERR_UNSUPPORTED: return "operation not supported on this memory";
+    case PT_ERR_TIMEOUT: return "timed out";
+    case PT_ERR_PEER_LOST: return "peer process is gone";
+    case PT_ERR_CLOSED: return "closed";
+    }
+    return "unknown status";
+}
+
+int pt_last_errno(void) { return last_errno; }
+
+pt_status_t pt__sys(void)
+{
+    last_errno = errno;
+    return PT_ERR_SYS;
+}
+
+double pt__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int pt__futex_wait(_Atomic uint32_t *addr, uint32_t val, double timeout, int shared)
+{
+    struct timespec ts, *tsp = NULL;
+    if (timeout >= 0) {
+        ts.tv_sec = (time_t)timeout;
+        ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+        tsp = &ts;
+    }
+    int op = shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
+    return (int)syscall(SYS_futex, (uint32_t *)addr, op, val, tsp, NULL, 0);
+}
+
+void pt__futex_wake(_Atomic uint32_t *addr, int shared)
+{
+    int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
+    syscall(SYS_futex, (uint32_t *)addr, op, INT_MAX, NULL, NULL, 0);
+}
+
+/* How long a waiter polls before it blocks: short, because tests oversubscribe 2 cores. */
+double pt__spin_seconds(void)
+{
+    static double cached = -1;
+    if (cached < 0) {
+        const char *s = getenv("POOLTENSOR_SPIN_US");
+        double us = s ? atof(s) : 20.0;
+        cached = (us < 0 ? 0 : us) * 1e-6;
+    }
+    return cached;
+}
