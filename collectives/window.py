@@ -38,25 +38,37 @@ def _nbytes(buf):
 class Request:
     """An asynchronous get or put in flight; wait() or test() to complete it."""
 
-    __slots__ = ("_req", "_where", "_done")
+    __slots__ = ("_req", "_where", "_what", "_done")
 
-    def __init__(self, req, where):
-        self._req, self._where, self._done = req, where, False
+    def __init__(self, req, where, what):
+        self._req, self._where, self._what, self._done = req, where, what, False
 
     def wait(self, timeout=None):
         """Block until the transfer is done or `timeout` seconds pass (Timeout)."""
         try:
             self._req.wait(timeout)
         except _native.Error as e:
-            raise_native(e, *self._where)
+            # the operation's own failure is reported once, here; a timeout may be retried
+            self._done = e.args[0] != _native.ERR_TIMEOUT
+            raise_native(e, *self._where, what=self._what)
         self._done = True
+
+    def _settled(self):
+        """Done and nothing left to report (a failure stays pending until someone waits)."""
+        if not self._done:
+            try:
+                self._done = self._req.test()
+            except _native.Error:
+                return False
+        return self._done
 
     def test(self):
         """True once the transfer is done (raises its error if it failed)."""
         try:
             self._done = self._req.test()
         except _native.Error as e:
-            raise_native(e, *self._where)
+            self._done = True
+            raise_native(e, *self._where, what=self._what)
         return self._done
 
 
@@ -109,11 +121,11 @@ class Window:
         self._check(rank, offset)
         where = self._where(rank, offset, _nbytes(buf))
         try:
-            req = Request(fn(rank, self._keys[rank], offset, buf), where)
+            req = Request(fn(rank, self._keys[rank], offset, buf), where, what)
         except _native.Error as e:
             raise_native(e, *where, what=what)
         if len(self._pending) > 64:
-            self._pending = [r for r in self._pending if not r._done and not r._req.test()]
+            self._pending = [r for r in self._pending if not r._settled()]
         self._pending.append(req)
         return req
 
@@ -146,6 +158,8 @@ class Window:
         timeout = self.world.timeout if timeout is None else timeout
         keep = []
         for req in self._pending:
+            if req._done:
+                continue
             if rank is None or req._where[0] == rank:
                 req.wait(timeout)
             else:

@@ -1,0 +1,51 @@
+"""Shared test helpers: run a script on N real ranks under mpiexec or under our launcher."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = HERE / "scripts"
+BIN = Path(sys.executable).parent
+
+
+def mpiexec():
+    exe = BIN / "mpiexec"
+    return str(exe) if exe.exists() else shutil.which("mpiexec")
+
+
+def rank_env(extra=None):
+    env = dict(os.environ)
+    env.setdefault("POOLTENSOR_TIMEOUT", "30")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_ranks(launcher, n, script, *args, env=None, timeout=90):
+    """Run tests/scripts/<script> on n ranks; returns the CompletedProcess (never hangs)."""
+    path = str(SCRIPTS / script)
+    if launcher == "mpiexec":
+        exe = mpiexec()
+        if exe is None:
+            pytest.skip("mpiexec not found (pip install mpich mpi4py)")
+        cmd = [exe, "-n", str(n), sys.executable, path, *args]
+    else:
+        cmd = [sys.executable, "-m", "collectives.launch", "-n", str(n), path, *args]
+    return subprocess.run(cmd, env=rank_env(env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def check_ranks(launcher, n, script, *args, env=None, timeout=90):
+    """Run and require success; shows every rank's output on failure."""
+    p = run_ranks(launcher, n, script, *args, env=env, timeout=timeout)
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+@pytest.fixture(params=["mpiexec", "launch"])
+def launcher(request):
+    return request.param

@@ -1,0 +1,31 @@
+"""The last rank SIGKILLs itself mid-job; every other rank must get PeerLost (from the barrier and
+from a one-sided get) within the timeout, never hang."""
+import os
+import signal
+import time
+
+import collectives
+from collectives import PeerLost
+
+world = collectives.init()
+win = world.expose(1 << 16)
+victim = world.size - 1
+world.barrier()
+if world.rank == victim:
+    print(f"rank {world.rank}: pid {os.getpid()} dying", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+t0 = time.monotonic()
+try:
+    world.barrier(timeout=20)
+    raise SystemExit(f"rank {world.rank}: barrier returned although rank {victim} is dead")
+except PeerLost as e:
+    assert f"rank {victim}" in str(e), str(e)
+took = time.monotonic() - t0
+assert took < 10, took
+try:
+    win.get(victim, 0, bytearray(8))
+    raise SystemExit("get from a dead rank succeeded")
+except PeerLost as e:
+    assert f"rank {victim}" in str(e)
+print(f"rank {world.rank}: PeerLost after {took:.2f} s", flush=True)
+os._exit(0)  # the world is broken; skip the closing barrier
