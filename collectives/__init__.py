@@ -14,3 +14,11 @@ from .world import World, finalize, init
 __all__ = ["init", "finalize", "World", "Window", "Request", "PooltensorError",
            "TransportError", "RemoteAccessError", "PeerLost", "Timeout", "BootstrapError",
            "CollectiveMismatch"]
+from .dtypes import ReduceOp  # noqa: E402
+from .ops import (CollectiveRequest, allgather, allgather_async, allreduce,  # noqa: E402
+                  allreduce_async, barrier, broadcast, broadcast_async, reduce_scatter,
+                  reduce_scatter_async)
+
+__all__ += ["ReduceOp", "CollectiveRequest", "allreduce", "allgather", "reduce_scatter",
+            "broadcast", "barrier", "allreduce_async", "allgather_async",
+            "reduce_scatter_async", "broadcast_async"]

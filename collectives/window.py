@@ -153,6 +153,26 @@ class Window:
         except _native.Error as e:
             raise_native(e, *self._where(rank, offset, 8), what="compare_swap")
 
+    def notify(self, rank, offset, value=1):
+        """Atomically add `value` to the int64 at `offset` of rank's memory and wake its waiters:
+        the signal half of put-with-notification, for algorithms built on windows."""
+        self._check(rank, offset)
+        try:
+            self._ctx.notify(rank, self._keys[rank], offset, value)
+        except _native.Error as e:
+            raise_native(e, *self._where(rank, offset, 8), what="notify")
+
+    def wait_local(self, offset, value, watch=None, timeout=None):
+        """Block until the int64 at `offset` of this rank's own memory is >= `value` (polls
+        briefly, then sleeps). PeerLost if rank `watch` dies first, Timeout past `timeout`."""
+        timeout = self.world.timeout if timeout is None else timeout
+        try:
+            self._ctx.wait_local(self.buffer, offset, value, -1 if watch is None else watch,
+                                 timeout)
+        except _native.Error as e:
+            who = self.world.rank if watch is None else watch
+            raise_native(e, *self._where(who, offset, 8), what="wait")
+
     def flush(self, rank=None, timeout=None):
         """Complete every asynchronous operation this process started (to `rank`, if given)."""
         timeout = self.world.timeout if timeout is None else timeout

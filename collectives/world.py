@@ -20,6 +20,16 @@ from .window import Window, raise_native
 TRANSPORTS = ("shm", "tcp")
 
 
+def _machine_id():
+    """hostname/boot-id: equal exactly when two ranks can share memory."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
 def _env_timeout():
     return float(os.environ.get("POOLTENSOR_TIMEOUT", "60"))
 
@@ -38,13 +48,17 @@ class World:
         self._segments = {}
         threads = int(os.environ.get("POOLTENSOR_PROGRESS_THREADS", "1"))
         self._ctx = _native.Context(self.rank, self.size, threads)
-        me = {"rank": self.rank, "host": host_identity(), "hostname": socket.gethostname(),
+        me = {"rank": self.rank, "topo": host_identity(), "machine": _machine_id(),
+              "host": os.environ.get("POOLTENSOR_HOST") or socket.gethostname(),
               "pid": os.getpid(), "ctrl": list(self._ctx.addr())}
         recs = [msgpack.unpackb(b) for b in self._allgather_bytes(msgpack.packb(me), "world")]
-        self.hosts = [r["hostname"] for r in recs]
+        self.hosts = [r["host"] for r in recs]
         self.host = self.hosts[self.rank]
-        ident = [r["host"] for r in recs]
-        self.local_ranks = [r for r in range(self.size) if ident[r] == ident[self.rank]]
+        # the topology (which ranks count as one host for hierarchical algorithms) may be
+        # overridden by POOLTENSOR_HOST; reachability over shared memory is the real machine's
+        topo = [r["topo"] for r in recs]
+        ident = [r["machine"] for r in recs]
+        self.local_ranks = [r for r in range(self.size) if topo[r] == topo[self.rank]]
         self.local_rank = self.local_ranks.index(self.rank)
         self.local_size = len(self.local_ranks)
         self.pids = [r["pid"] for r in recs]
@@ -61,6 +75,12 @@ class World:
                     self._ctx.connect(r, tuple(recs[r]["ctrl"]))
                 except _native.Error as e:
                     raise_native(e, rank=r, host=self.hosts[r], what="connect")
+        self._shm_world = all(t in ("self", "shm") for t in self.transports)
+        self._barrier_ranks = list(range(self.size))
+        self._teams = {}
+        self._coll_exec = None
+        self._coll_pending = 0
+        self._coll_thread = None
         self._closed = False
         self.barrier()
 
@@ -94,9 +114,9 @@ class World:
         timeout = self.timeout if timeout is None else timeout
         if self.size == 1:
             return
-        if self.local_size == self.size:
+        if self._shm_world:
             try:
-                self._ctx.barrier(self.local_ranks[0], self.local_ranks, timeout)
+                self._ctx.barrier(0, self._barrier_ranks, timeout)
             except _native.Error as e:
                 lost = self._lost()
                 if e.args[0] == _native.ERR_PEER_LOST and lost:
@@ -145,6 +165,51 @@ class World:
         return Window(self, buffer, access, [r[0] for r in recs], [r[1] for r in recs],
                       [r[2] for r in recs], owned)
 
+    # -- collectives plumbing ----------------------------------------------------------------
+    def _get_team(self, which="world"):
+        """The shared-memory team over every rank ("world") or this host's ranks ("local").
+
+        Made on first use; collective, like the first collective call that needs it."""
+        team = self._teams.get(which)
+        if team is None:
+            ranks = list(range(self.size)) if which == "world" else list(self.local_ranks)
+            slot = int(os.environ.get("POOLTENSOR_SLOT_BYTES", 256 * 1024))
+            nslots = int(os.environ.get("POOLTENSOR_SLOTS", 4))
+            stage = self.alloc(_native.stage_bytes(slot, nslots))
+            key = self._ctx.register(stage, 3)
+            keys = self.allgather_object(key)
+            try:
+                native = _native.Team(self._ctx, ranks, [keys[r] for r in ranks], slot, nslots)
+            except _native.Error as e:
+                raise_native(e, rank=self.rank, host=self.host, what="team setup")
+            team = _Team(native, ranks, stage)
+            self._teams[which] = team
+        return team
+
+    def _serial(self, fn, *args):
+        """Run a collective in program order: inline, unless async ones are still queued."""
+        if self._coll_pending == 0 or threading.current_thread() is self._coll_thread:
+            return fn(*args)
+        return self._submit(lambda *a, world=None: fn(*a), *args).result()
+
+    def _submit(self, fn, *args, **kw):
+        """Queue a collective on the world's one collective thread (keeps the order)."""
+        import concurrent.futures
+        with self._lock:
+            if self._coll_exec is None:
+                self._coll_exec = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="collectives")
+            self._coll_pending += 1
+        return self._coll_exec.submit(self._run_queued, fn, args, kw)
+
+    def _run_queued(self, fn, args, kw):
+        self._coll_thread = threading.current_thread()
+        try:
+            return fn(*args, **kw)
+        finally:
+            with self._lock:
+                self._coll_pending -= 1
+
     def describe(self):
         """Ranks, hosts and the transport to each peer, as a dict."""
         return {"rank": self.rank, "size": self.size, "local_rank": self.local_rank,
@@ -157,16 +222,28 @@ class World:
         if self._closed:
             return
         self._closed = True
+        if self._coll_exec is not None:
+            self._coll_exec.shutdown(wait=True)
         try:
             self.barrier(timeout=min(self.timeout, 10.0))
         except Exception:
             pass
+        self._teams.clear()
         self._ctx.close()
         self._boot.close()
 
     def __repr__(self):
         return (f"<World rank {self.rank}/{self.size} local {self.local_rank}/{self.local_size} "
                 f"host {self.host!r} via {self.how}>")
+
+
+class _Team:
+    """A native team and the ranks (in order) it spans; keeps its staging memory alive."""
+
+    __slots__ = ("native", "ranks", "stage")
+
+    def __init__(self, native, ranks, stage):
+        self.native, self.ranks, self.stage = native, ranks, stage
 
 
 _world = None

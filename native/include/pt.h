@@ -27,7 +27,15 @@ typedef enum {
     PT_ERR_TIMEOUT,
     PT_ERR_PEER_LOST,
     PT_ERR_CLOSED,
+    PT_ERR_MISMATCH,      /* ranks called a collective with different arguments */
 } pt_status_t;
+
+typedef enum {
+    PT_I8, PT_I16, PT_I32, PT_I64, PT_U8, PT_U16, PT_U32, PT_U64,
+    PT_F16, PT_BF16, PT_F32, PT_F64, PT_NDTYPES
+} pt_dtype_t;
+
+typedef enum { PT_SUM, PT_PROD, PT_MIN, PT_MAX, PT_NOPS } pt_op_t;
 
 const char *pt_status_str(pt_status_t st);
 int pt_last_errno(void);
@@ -96,14 +104,46 @@ int pt_req_test(pt_req_t *req, pt_status_t *st);
 /* Drop the caller's reference; the request is freed once complete. */
 void pt_req_release(pt_req_t *req);
 
+/* ---- signals: one-sided notification, for algorithms built on windows ---- */
+
+/* Atomically add v to the int64 at off of rank's registration and wake whoever waits on it. */
+pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v);
+/* Wait until the local int64 at addr is >= value; polls briefly, then blocks. While waiting,
+ * PT_ERR_PEER_LOST if rank `watch` (>= 0) dies, PT_ERR_TIMEOUT past timeout. */
+pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,
+                          double timeout);
+
+/* ---- team: collectives among the ranks of one host, through shared staging memory ---- */
+
+typedef struct pt_team pt_team_t;
+
+enum { PT_ALGO_AUTO = 0, PT_ALGO_ONESHOT = 1, PT_ALGO_TWOSHOT = 2 };
+
+/* Bytes of staging memory each member registers for a team with these slots. */
+size_t pt_team_stage_bytes(size_t slot_bytes, int nslots);
+/* ranks: the members in rank order (this process among them); keys: each member's staging
+ * registration. Collective calls on a team must be made in the same order by every member. */
+pt_status_t pt_team_create(pt_ctx_t *ctx, const int *ranks, int n, const uint64_t *keys,
+                           size_t slot_bytes, int nslots, pt_team_t **out);
+void pt_team_destroy(pt_team_t *team);
+
+/* Every call first compares `sig` (a digest of kind, dtype, shape, op, root) across members:
+ * PT_ERR_MISMATCH on every member when they differ. On PT_ERR_TIMEOUT, PT_ERR_PEER_LOST and
+ * PT_ERR_MISMATCH, *who is the index (in ranks) of the member at fault. Reductions run over
+ * members in rank order, so every algorithm gives the same bytes on every member. */
+pt_status_t pt_team_barrier(pt_team_t *t, double timeout, int *who);
+pt_status_t pt_team_allreduce(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in, void *out,
+                              size_t count, int algo, uint64_t sig, double timeout, int *who);
+pt_status_t pt_team_allgather(pt_team_t *t, const void *in, void *out, size_t nbytes,
+                              uint64_t sig, double timeout, int *who);
+pt_status_t pt_team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in,
+                                   void *out, size_t count, uint64_t sig, double timeout,
+                                   int *who);
+pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
+                              double timeout, int *who);
+
 /* ---- kernels ---- */
 
-typedef enum {
-    PT_I8, PT_I16, PT_I32, PT_I64, PT_U8, PT_U16, PT_U32, PT_U64,
-    PT_F16, PT_BF16, PT_F32, PT_F64, PT_NDTYPES
-} pt_dtype_t;
-
-typedef enum { PT_SUM, PT_PROD, PT_MIN, PT_MAX, PT_NOPS } pt_op_t;
 
 size_t pt_dtype_size(pt_dtype_t dt);
 /* Name of the instruction set the kernels dispatched to: "avx512", "avx2", "neon", "scalar". */

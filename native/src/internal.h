@@ -98,6 +98,8 @@ struct pt_ctx {
 };
 
 pt_status_t pt__sys(void);             /* records errno, returns PT_ERR_SYS */
+pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
+                        uint8_t **ptr);
 double pt__now(void);
 int pt__futex_wait(_Atomic uint32_t *addr, uint32_t val, double timeout, int shared);
 void pt__futex_wake(_Atomic uint32_t *addr, int shared);

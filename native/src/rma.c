@@ -240,3 +240,61 @@ pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
     *old_out = e;
     return PT_OK;
 }
+
+/* The 32-bit half of an int64 that changes first on small increments: the futex word. */
+static _Atomic uint32_t *low_word(const void *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (_Atomic uint32_t *)((uint8_t *)(uintptr_t)p + 4);
+#else
+    return (_Atomic uint32_t *)(uintptr_t)p;
+#endif
+}
+
+pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v)
+{
+    _Atomic int64_t *p;
+    pt_status_t st = atomic_target(ctx, rank, key, off, &p);
+    if (st != PT_OK)
+        return st;
+    atomic_fetch_add(p, v);
+    pt__futex_wake(low_word(p), 1);
+    return PT_OK;
+}
+
+pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,
+                          double timeout)
+{
+    if (!addr || ((uintptr_t)addr & 7))
+        return PT_ERR_ALIGN;
+    _Atomic int64_t *p = (_Atomic int64_t *)(uintptr_t)addr;
+    double start = pt__now(), spin = pt__spin_seconds();
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(p, memory_order_acquire) >= value)
+            return PT_OK;
+        if ((i & 63) != 63)
+            continue;
+        double el = pt__now() - start;
+        if (el < spin)
+            continue;
+        if (watch >= 0 && pt_ctx_peer_lost(ctx, watch))
+            return PT_ERR_PEER_LOST;
+        if (timeout >= 0 && el > timeout)
+            return PT_ERR_TIMEOUT;
+        uint32_t w = atomic_load(low_word(p));
+        if (atomic_load(p) >= value)
+            return PT_OK;
+        pt__futex_wait(low_word(p), w, 0.01, 1);
+    }
+}
+
+/* For the team engine: a direct pointer to [off, off+len) of rank's registration. */
+pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
+                        uint8_t **ptr)
+{
+    pt_target_t t;
+    pt_status_t st = resolve(ctx, rank, key, off, len, 1, ptr, &t);
+    if (st == PT_OK && !*ptr)
+        return PT_ERR_UNSUPPORTED;
+    return st;
+}

@@ -27,6 +27,7 @@ const char *pt_status_str(pt_status_t st)
     case PT_ERR_TIMEOUT: return "timed out";
     case PT_ERR_PEER_LOST: return "peer process is gone";
     case PT_ERR_CLOSED: return "closed";
+    case PT_ERR_MISMATCH: return "ranks called the collective with different arguments";
     }
     return "unknown status";
 }

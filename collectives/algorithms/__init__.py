@@ -1,0 +1,71 @@
+"""Collective algorithms behind one selection function.
+
+An algorithm is a function (world, input array, output array, **options) registered for a kind
+of collective under a name. select() chooses one from the message size and the topology;
+`algorithm=` or POOLTENSOR_ALGO override the choice. The thresholds come from bench/collectives.py
+runs (see bench/README.md).
+"""
+import os
+
+from ..errors import TransportError
+
+_REGISTRY = {}   # (kind, name) -> function
+
+# Thresholds measured with bench/collectives.py (float32 sum, 2 and 4 ranks on one host).
+ONESHOT_MAX = int(os.environ.get("POOLTENSOR_ONESHOT_MAX", 64 * 1024))
+# Recursive doubling wins over the ring for small messages once there are several hops.
+RECURSIVE_MAX = 32 * 1024
+
+
+def register(kind, name):
+    """Decorator: make `fn` the algorithm `name` for collectives of `kind`."""
+    def deco(fn):
+        _REGISTRY[(kind, name)] = fn
+        return fn
+    return deco
+
+
+def names(kind):
+    """The algorithms available for `kind`."""
+    return sorted(n for k, n in _REGISTRY if k == kind)
+
+
+# algorithms whose reduction order is rank order whatever the chunking or placement
+DETERMINISTIC = {"oneshot", "twoshot", "shm"}
+
+
+def select(kind, nbytes, world, algorithm="auto", deterministic=False):
+    """The algorithm to run: explicit argument, else POOLTENSOR_ALGO, else by size and topology."""
+    algorithm = algorithm or "auto"
+    if algorithm == "auto":
+        env = os.environ.get("POOLTENSOR_ALGO", "").strip()
+        # the variable names one algorithm for every kind; kinds without it choose for themselves
+        if env and (kind, env) in _REGISTRY:
+            algorithm = env
+    if algorithm != "auto":
+        if (kind, algorithm) not in _REGISTRY:
+            raise ValueError(f"unknown {kind} algorithm {algorithm!r}: choose 'auto' or one of "
+                             f"{names(kind)}")
+        if deterministic and algorithm not in DETERMINISTIC:
+            raise ValueError(f"deterministic=True needs a fixed reduction order; algorithm "
+                             f"{algorithm!r} does not have one (use 'auto', 'oneshot' or "
+                             f"'twoshot')")
+        return algorithm
+    if not world._shm_world:
+        raise TransportError("ranks on different machines need the tcp transport, which is "
+                             "not built yet", rank=world.rank, host=world.host)
+    if kind != "allreduce":
+        if world.local_size < world.size and not deterministic and (kind, "hierarchical") in _REGISTRY:
+            return "hierarchical"
+        return "shm"
+    if world.local_size < world.size and not deterministic and ("allreduce", "hierarchical") in _REGISTRY:
+        return "hierarchical"
+    return "oneshot" if nbytes <= ONESHOT_MAX else "twoshot"
+
+
+def run(kind, name, world, x, out, **opts):
+    """Run algorithm `name` for `kind` on this rank's input x into out."""
+    return _REGISTRY[(kind, name)](world, x, out, **opts)
+
+
+from . import shm  # noqa: E402,F401  (registers the shared-memory algorithms)

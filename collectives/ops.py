@@ -1,0 +1,207 @@
+"""Collective operations for numpy arrays, JAX arrays and any buffer: allreduce, allgather,
+reduce_scatter, broadcast, barrier, and their *_async forms.
+
+Each call normalizes its arguments, builds a digest of them (kind, dtype, shape, op, root) that
+every rank compares before moving a byte, picks an algorithm, and runs it. Non-contiguous inputs
+are copied to a contiguous array first (documented, not an error).
+"""
+import concurrent.futures
+import threading
+
+import numpy as np
+
+from . import algorithms
+from .dtypes import ReduceOp, dtype_code, is_floating, reduce_op
+from .world import init
+
+_KIND = {"allreduce": 1, "allgather": 2, "reduce_scatter": 3, "broadcast": 4}
+
+
+def _world(world):
+    return init() if world is None else world
+
+
+def _aligned_empty(shape, dtype):
+    """An empty array whose data is 64-byte aligned (SIMD, zero-copy DLPack into JAX)."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
+def _as_array(x):
+    """(numpy array, function turning a numpy result back into x's kind)."""
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x), None
+    if type(x).__module__.startswith(("jax", "jaxlib")):
+        import jax.numpy as jnp
+        arr = np.asarray(x)
+        return np.ascontiguousarray(arr), jnp.from_dlpack
+    try:
+        return np.ascontiguousarray(np.asarray(memoryview(x))), None
+    except TypeError:
+        raise TypeError(f"expected a numpy array, a JAX array or a buffer, not "
+                        f"{type(x).__name__}") from None
+
+
+def _output(out, shape, dtype, like_jax):
+    if out is None:
+        return _aligned_empty(shape, dtype) if like_jax else np.empty(shape, dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError("out must be a numpy array")
+    if out.shape != tuple(shape) or out.dtype != dtype:
+        raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; expected "
+                         f"{tuple(shape)} and {dtype}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+    return out
+
+
+def _sig(kind, arr, op=0, root=0, extra=()):
+    """A digest equal on two ranks exactly when their calls agree (ints only: process-stable)."""
+    return hash((_KIND[kind], arr.dtype.num, arr.dtype.itemsize, int(op), root,
+                 arr.shape, extra)) & 0xFFFFFFFFFFFFFFFF
+
+
+def _finish(out, back):
+    return back(out) if back is not None else out
+
+
+# ---- synchronous -------------------------------------------------------------------------
+
+def allreduce(x, op="sum", *, out=None, world=None, algorithm="auto", deterministic=False):
+    """Reduce x elementwise over every rank; every rank gets the same bytes.
+
+    op: 'sum', 'prod', 'min', 'max', 'avg' (floating dtypes only) or a ReduceOp. float16 and
+    bfloat16 are reduced in float32. deterministic=True fixes the reduction order (rank order),
+    so the result does not depend on the algorithm, chunking or placement.
+    """
+    w = _world(world)
+    return w._serial(_allreduce, w, x, op, out, algorithm, deterministic)
+
+
+def _allreduce(w, x, op, out, algorithm, deterministic):
+    arr, back = _as_array(x)
+    code = dtype_code(arr.dtype)
+    rop = reduce_op(op)
+    if rop is ReduceOp.AVG and not is_floating(arr.dtype):
+        raise TypeError(f"op 'avg' needs a floating dtype, not {arr.dtype}")
+    res = _output(out, arr.shape, arr.dtype, back is not None)
+    base = ReduceOp.SUM if rop is ReduceOp.AVG else rop
+    algo = algorithms.select("allreduce", arr.nbytes, w, algorithm, deterministic)
+    algorithms.run("allreduce", algo, w, arr, res, code=code, op=int(base),
+                   sig=_sig("allreduce", arr, rop))
+    if rop is ReduceOp.AVG:
+        np.divide(res, w.size, out=res, casting="unsafe")
+    return _finish(res, back)
+
+
+def allgather(x, *, out=None, world=None, algorithm="auto"):
+    """Concatenate x from every rank along a new leading axis: shape (size, *x.shape)."""
+    w = _world(world)
+    return w._serial(_allgather, w, x, out, algorithm)
+
+
+def _allgather(w, x, out, algorithm):
+    arr, back = _as_array(x)
+    res = _output(out, (w.size,) + arr.shape, arr.dtype, back is not None)
+    algo = algorithms.select("allgather", arr.nbytes, w, algorithm, False)
+    algorithms.run("allgather", algo, w, arr, res, sig=_sig("allgather", arr))
+    return _finish(res, back)
+
+
+def reduce_scatter(x, op="sum", *, out=None, world=None, algorithm="auto"):
+    """Reduce x over every rank and keep this rank's block: x has shape (size, *block)."""
+    w = _world(world)
+    return w._serial(_reduce_scatter, w, x, op, out, algorithm)
+
+
+def _reduce_scatter(w, x, op, out, algorithm):
+    arr, back = _as_array(x)
+    if arr.ndim == 0 or arr.shape[0] != w.size:
+        raise ValueError(f"reduce_scatter needs an input of shape ({w.size}, ...), one block "
+                         f"per rank; got {arr.shape}")
+    code = dtype_code(arr.dtype)
+    rop = reduce_op(op)
+    if rop is ReduceOp.AVG and not is_floating(arr.dtype):
+        raise TypeError(f"op 'avg' needs a floating dtype, not {arr.dtype}")
+    res = _output(out, arr.shape[1:], arr.dtype, back is not None)
+    base = ReduceOp.SUM if rop is ReduceOp.AVG else rop
+    algo = algorithms.select("reduce_scatter", arr.nbytes, w, algorithm, False)
+    algorithms.run("reduce_scatter", algo, w, arr, res, code=code, op=int(base),
+                   sig=_sig("reduce_scatter", arr, rop))
+    if rop is ReduceOp.AVG:
+        np.divide(res, w.size, out=res, casting="unsafe")
+    return _finish(res, back)
+
+
+def broadcast(x, root=0, *, out=None, world=None, algorithm="auto"):
+    """Every rank gets root's x. Non-root ranks pass an array of the same shape and dtype."""
+    w = _world(world)
+    return w._serial(_broadcast, w, x, root, out, algorithm)
+
+
+def _broadcast(w, x, root, out, algorithm):
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < w.size:
+        raise ValueError(f"root {root!r} out of range for a world of {w.size}")
+    arr, back = _as_array(x)
+    res = _output(out, arr.shape, arr.dtype, back is not None)
+    if w.rank == int(root) and res is not arr:
+        np.copyto(res, arr)
+    algo = algorithms.select("broadcast", arr.nbytes, w, algorithm, False)
+    algorithms.run("broadcast", algo, w, res, res, root=int(root),
+                   sig=_sig("broadcast", arr, 0, int(root)))
+    return _finish(res, back)
+
+
+def barrier(world=None, timeout=None):
+    """Return once every rank has called barrier()."""
+    w = _world(world)
+    return w._serial(lambda: w.barrier(timeout))
+
+
+# ---- asynchronous ------------------------------------------------------------------------
+
+class CollectiveRequest:
+    """A collective in flight on the world's collective thread; wait() returns its result."""
+
+    def __init__(self, future):
+        self._future = future
+
+    def wait(self, timeout=None):
+        """The result (or the collective's error); Timeout if not done within `timeout`."""
+        from .errors import Timeout
+        try:
+            return self._future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise Timeout(f"collective not complete within {timeout} s") from None
+
+    def test(self):
+        """True once done."""
+        return self._future.done()
+
+
+def _async(fn, x, *args, world=None, **kw):
+    w = _world(world)
+    return CollectiveRequest(w._submit(fn, x, *args, world=w, **kw))
+
+
+def allreduce_async(x, op="sum", **kw):
+    """allreduce() in the background: returns a CollectiveRequest. Keep x unchanged until done."""
+    return _async(allreduce, x, op, **kw)
+
+
+def allgather_async(x, **kw):
+    """allgather() in the background: returns a CollectiveRequest."""
+    return _async(allgather, x, **kw)
+
+
+def reduce_scatter_async(x, op="sum", **kw):
+    """reduce_scatter() in the background: returns a CollectiveRequest."""
+    return _async(reduce_scatter, x, op, **kw)
+
+
+def broadcast_async(x, root=0, **kw):
+    """broadcast() in the background: returns a CollectiveRequest."""
+    return _async(broadcast, x, root, **kw)

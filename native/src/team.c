@@ -1,0 +1,391 @@
+/* Collectives among the ranks of one host, through shared staging memory.
+ *
+ * Each member registers a staging area: a header of counters, then `nslots` input slots and
+ * `nslots` result slots. A message is cut into slot-sized chunks, numbered by a sequence that
+ * every member advances in step; a member copies its chunk into its input slot and publishes
+ * `ready`, reads peers' slots in place, and publishes `done` once it no longer needs chunk s,
+ * which frees slot s % nslots for chunk s + nslots. Slots are reused, so they stay in cache.
+ * Reductions take members in rank order (pt_reduce over all sources at once), so one-shot and
+ * two-shot give the same bytes on every member. Waits poll briefly, then sleep on the
+ * publisher's futex bell; each checks the deadline and whether the peer died.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define PT_STAGE_HDR 4096
+#define PT_TEAM_MAX 512
+
+typedef struct {
+    _Alignas(PT_CACHELINE) _Atomic uint64_t ready;
+    _Alignas(PT_CACHELINE) _Atomic uint64_t reduced;
+    _Alignas(PT_CACHELINE) _Atomic uint64_t done;
+    _Alignas(PT_CACHELINE) _Atomic uint64_t called;
+    uint64_t sig[2];
+    _Alignas(PT_CACHELINE) _Atomic uint32_t bell;
+    _Atomic uint32_t sleepers;
+} stage_hdr_t;
+
+_Static_assert(sizeof(stage_hdr_t) <= PT_STAGE_HDR, "staging header too large");
+
+struct pt_team {
+    pt_ctx_t *ctx;
+    int n, me;
+    int *ranks;
+    stage_hdr_t **hdr;
+    uint8_t **in, **res;
+    size_t slot;
+    int nslots;
+    uint64_t seq, calls;
+    size_t oneshot_max;
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+size_t pt_team_stage_bytes(size_t slot_bytes, int nslots)
+{
+    return PT_STAGE_HDR + 2 * (size_t)nslots * slot_bytes;
+}
+
+pt_status_t pt_team_create(pt_ctx_t *ctx, const int *ranks, int n, const uint64_t *keys,
+                           size_t slot_bytes, int nslots, pt_team_t **out)
+{
+    if (!ctx || !ranks || !keys || !out || n <= 0 || n > PT_TEAM_MAX || nslots < 1 ||
+        slot_bytes < 4096 || slot_bytes % 64)
+        return PT_ERR_INVALID;
+    pt_team_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return PT_ERR_NOMEM;
+    pt_status_t st = PT_ERR_NOMEM;
+    t->ranks = calloc((size_t)n, sizeof(int));
+    t->hdr = calloc((size_t)n, sizeof(*t->hdr));
+    t->in = calloc((size_t)n, sizeof(*t->in));
+    t->res = calloc((size_t)n, sizeof(*t->res));
+    if (!t->ranks || !t->hdr || !t->in || !t->res)
+        goto err;
+    t->ctx = ctx;
+    t->n = n;
+    t->me = -1;
+    t->slot = slot_bytes;
+    t->nslots = nslots;
+    t->oneshot_max = 64 * 1024;
+    const char *env = getenv("POOLTENSOR_ONESHOT_MAX");
+    if (env)
+        t->oneshot_max = (size_t)strtoull(env, NULL, 10);
+    size_t len = pt_team_stage_bytes(slot_bytes, nslots);
+    for (int i = 0; i < n; i++) {
+        uint8_t *p;
+        st = pt__resolve(ctx, ranks[i], keys[i], 0, len, &p);
+        if (st != PT_OK)
+            goto err;
+        t->ranks[i] = ranks[i];
+        t->hdr[i] = (stage_hdr_t *)p;
+        t->in[i] = p + PT_STAGE_HDR;
+        t->res[i] = p + PT_STAGE_HDR + (size_t)nslots * slot_bytes;
+        if (ranks[i] == ctx->rank)
+            t->me = i;
+        if (i && ranks[i] <= ranks[i - 1]) {
+            st = PT_ERR_INVALID;
+            goto err;
+        }
+    }
+    if (t->me < 0) {
+        st = PT_ERR_INVALID;
+        goto err;
+    }
+    *out = t;
+    return PT_OK;
+err:
+    pt_team_destroy(t);
+    return st;
+}
+
+void pt_team_destroy(pt_team_t *t)
+{
+    if (!t)
+        return;
+    free(t->ranks);
+    free(t->hdr);
+    free(t->in);
+    free(t->res);
+    free(t);
+}
+
+static void publish(pt_team_t *t, _Atomic uint64_t *ctr, uint64_t v)
+{
+    stage_hdr_t *h = t->hdr[t->me];
+    atomic_store(ctr, v);
+    if (atomic_load(&h->sleepers)) {
+        atomic_fetch_add(&h->bell, 1);
+        pt__futex_wake(&h->bell, 1);
+    }
+}
+
+static pt_status_t wait_for(pt_team_t *t, int i, _Atomic uint64_t *ctr, uint64_t v,
+                            double deadline, int *who)
+{
+    if (atomic_load_explicit(ctr, memory_order_acquire) >= v)
+        return PT_OK;
+    stage_hdr_t *h = t->hdr[i];
+    double start = pt__now(), spin = pt__spin_seconds();
+    for (unsigned k = 0;; k++) {
+        if (atomic_load_explicit(ctr, memory_order_acquire) >= v)
+            return PT_OK;
+        if ((k & 63) != 63) {
+            cpu_relax();
+            continue;
+        }
+        double now = pt__now();
+        if (now - start < spin)
+            continue;
+        if (pt_ctx_peer_lost(t->ctx, t->ranks[i])) {
+            *who = i;
+            return PT_ERR_PEER_LOST;
+        }
+        if (deadline >= 0 && now > deadline) {
+            *who = i;
+            return PT_ERR_TIMEOUT;
+        }
+        atomic_fetch_add(&h->sleepers, 1);
+        uint32_t bell = atomic_load(&h->bell);
+        if (atomic_load(ctr) < v)
+            pt__futex_wait(&h->bell, bell, 0.01, 1);
+        atomic_fetch_sub(&h->sleepers, 1);
+    }
+}
+
+#define HDR_CTR(t, i, field) (&(t)->hdr[i]->field)
+
+static pt_status_t wait_all(pt_team_t *t, size_t field_off, uint64_t v, double deadline,
+                            int *who)
+{
+    for (int j = 1; j < t->n; j++) {
+        int i = (t->me + j) % t->n;
+        _Atomic uint64_t *ctr = (_Atomic uint64_t *)((uint8_t *)t->hdr[i] + field_off);
+        pt_status_t st = wait_for(t, i, ctr, v, deadline, who);
+        if (st != PT_OK)
+            return st;
+    }
+    return PT_OK;
+}
+
+#define READY offsetof(stage_hdr_t, ready)
+#define REDUCED offsetof(stage_hdr_t, reduced)
+#define DONE offsetof(stage_hdr_t, done)
+#define CALLED offsetof(stage_hdr_t, called)
+
+/* Every member publishes its call's digest; all compare. A member can be at most one call
+ * ahead (it cannot pass the next check without us), so two digest slots suffice. */
+static pt_status_t announce(pt_team_t *t, uint64_t sig, double deadline, int *who)
+{
+    uint64_t c = ++t->calls;
+    stage_hdr_t *me = t->hdr[t->me];
+    me->sig[c & 1] = sig;
+    publish(t, &me->called, c);
+    pt_status_t st = wait_all(t, CALLED, c, deadline, who);
+    if (st != PT_OK)
+        return st;
+    for (int j = 1; j < t->n; j++) {
+        int i = (t->me + j) % t->n;
+        if (t->hdr[i]->sig[c & 1] != sig) {
+            *who = i;
+            return PT_ERR_MISMATCH;
+        }
+    }
+    return PT_OK;
+}
+
+/* Chunk s reuses the slots of chunk s - nslots: wait until every member is done with it. */
+static pt_status_t slot_free(pt_team_t *t, uint64_t s, double deadline, int *who)
+{
+    if (s < (uint64_t)t->nslots)
+        return PT_OK;
+    return wait_all(t, DONE, s + 1 - (uint64_t)t->nslots, deadline, who);
+}
+
+static double deadline_of(double timeout) { return timeout < 0 ? -1 : pt__now() + timeout; }
+
+pt_status_t pt_team_barrier(pt_team_t *t, double timeout, int *who)
+{
+    int w = -1;
+    pt_status_t st = announce(t, 0xba771e5ULL, deadline_of(timeout), &w);
+    if (st != PT_OK && who)
+        *who = w;
+    return st;
+}
+
+#define FAIL(st_)                                                                            \
+    do {                                                                                     \
+        if (who)                                                                             \
+            *who = w;                                                                        \
+        return (st_);                                                                        \
+    } while (0)
+
+#define CHECK(expr)                                                                          \
+    do {                                                                                     \
+        pt_status_t st__ = (expr);                                                           \
+        if (st__ != PT_OK)                                                                   \
+            FAIL(st__);                                                                      \
+    } while (0)
+
+pt_status_t pt_team_allreduce(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in, void *out,
+                              size_t count, int algo, uint64_t sig, double timeout, int *who)
+{
+    if ((unsigned)op >= PT_NOPS || (unsigned)dt >= PT_NDTYPES || (count && (!in || !out)))
+        return PT_ERR_INVALID;
+    int w = -1;
+    double dl = deadline_of(timeout);
+    CHECK(announce(t, sig, dl, &w));
+    size_t es = pt_dtype_size(dt), per = t->slot / es;
+    const uint8_t *src = in;
+    uint8_t *dst = out;
+    if (t->n == 1) {
+        if (dst != src)
+            memmove(dst, src, count * es);
+        return PT_OK;
+    }
+    if (algo == PT_ALGO_AUTO)
+        algo = count * es <= t->oneshot_max ? PT_ALGO_ONESHOT : PT_ALGO_TWOSHOT;
+    const void *srcs[PT_TEAM_MAX];
+    for (size_t e0 = 0; e0 < count; e0 += per) {
+        size_t m = count - e0 < per ? count - e0 : per;
+        uint64_t s = t->seq++;
+        size_t so = (size_t)(s % (uint64_t)t->nslots) * t->slot;
+        CHECK(slot_free(t, s, dl, &w));
+        pt_copy(t->in[t->me] + so, src + e0 * es, m * es);
+        publish(t, HDR_CTR(t, t->me, ready), s + 1);
+        CHECK(wait_all(t, READY, s + 1, dl, &w));
+        if (algo == PT_ALGO_ONESHOT) {
+            for (int i = 0; i < t->n; i++)
+                srcs[i] = t->in[i] + so;
+            CHECK(pt_reduce(op, dt, dst + e0 * es, srcs, t->n, m));
+        } else {
+            size_t lo = m * (size_t)t->me / (size_t)t->n;
+            size_t hi = m * (size_t)(t->me + 1) / (size_t)t->n;
+            for (int i = 0; i < t->n; i++)
+                srcs[i] = t->in[i] + so + lo * es;
+            if (hi > lo)
+                CHECK(pt_reduce(op, dt, t->res[t->me] + so + lo * es, srcs, t->n, hi - lo));
+            publish(t, HDR_CTR(t, t->me, reduced), s + 1);
+            for (int j = 0; j < t->n; j++) {
+                int i = (t->me + j) % t->n;
+                size_t a = m * (size_t)i / (size_t)t->n, b = m * (size_t)(i + 1) / (size_t)t->n;
+                if (i != t->me)
+                    CHECK(wait_for(t, i, HDR_CTR(t, i, reduced), s + 1, dl, &w));
+                pt_copy(dst + (e0 + a) * es, t->res[i] + so + a * es, (b - a) * es);
+            }
+        }
+        publish(t, HDR_CTR(t, t->me, done), s + 1);
+    }
+    return PT_OK;
+}
+
+pt_status_t pt_team_allgather(pt_team_t *t, const void *in, void *out, size_t nbytes,
+                              uint64_t sig, double timeout, int *who)
+{
+    if (nbytes && (!in || !out))
+        return PT_ERR_INVALID;
+    int w = -1;
+    double dl = deadline_of(timeout);
+    CHECK(announce(t, sig, dl, &w));
+    const uint8_t *src = in;
+    uint8_t *dst = out;
+    for (size_t o = 0; o < nbytes; o += t->slot) {
+        size_t m = nbytes - o < t->slot ? nbytes - o : t->slot;
+        uint64_t s = t->seq++;
+        size_t so = (size_t)(s % (uint64_t)t->nslots) * t->slot;
+        if (t->n > 1) {
+            CHECK(slot_free(t, s, dl, &w));
+            pt_copy(t->in[t->me] + so, src + o, m);
+            publish(t, HDR_CTR(t, t->me, ready), s + 1);
+        }
+        for (int j = 0; j < t->n; j++) {
+            int i = (t->me + j) % t->n;
+            uint8_t *d = dst + (size_t)i * nbytes + o;
+            if (i == t->me) {
+                if (d != src + o)
+                    memmove(d, src + o, m);
+                continue;
+            }
+            CHECK(wait_for(t, i, HDR_CTR(t, i, ready), s + 1, dl, &w));
+            pt_copy(d, t->in[i] + so, m);
+        }
+        publish(t, HDR_CTR(t, t->me, done), s + 1);
+    }
+    return PT_OK;
+}
+
+pt_status_t pt_team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in,
+                                   void *out, size_t count, uint64_t sig, double timeout,
+                                   int *who)
+{
+    if ((unsigned)op >= PT_NOPS || (unsigned)dt >= PT_NDTYPES || (count && (!in || !out)))
+        return PT_ERR_INVALID;
+    int w = -1;
+    double dl = deadline_of(timeout);
+    CHECK(announce(t, sig, dl, &w));
+    size_t es = pt_dtype_size(dt), per = t->slot / (size_t)t->n / es;
+    const uint8_t *src = in;
+    uint8_t *dst = out;
+    if (t->n == 1) {
+        if (dst != src)
+            memmove(dst, src, count * es);
+        return PT_OK;
+    }
+    if (per == 0)
+        return PT_ERR_INVALID;
+    const void *srcs[PT_TEAM_MAX];
+    for (size_t e0 = 0; e0 < count; e0 += per) {
+        size_t m = count - e0 < per ? count - e0 : per;
+        uint64_t s = t->seq++;
+        size_t so = (size_t)(s % (uint64_t)t->nslots) * t->slot;
+        CHECK(slot_free(t, s, dl, &w));
+        for (int d = 0; d < t->n; d++)
+            pt_copy(t->in[t->me] + so + (size_t)d * per * es, src + ((size_t)d * count + e0) * es,
+                    m * es);
+        publish(t, HDR_CTR(t, t->me, ready), s + 1);
+        CHECK(wait_all(t, READY, s + 1, dl, &w));
+        for (int i = 0; i < t->n; i++)
+            srcs[i] = t->in[i] + so + (size_t)t->me * per * es;
+        CHECK(pt_reduce(op, dt, dst + e0 * es, srcs, t->n, m));
+        publish(t, HDR_CTR(t, t->me, done), s + 1);
+    }
+    return PT_OK;
+}
+
+pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
+                              double timeout, int *who)
+{
+    if (root < 0 || root >= t->n || (nbytes && !buf))
+        return PT_ERR_INVALID;
+    int w = -1;
+    double dl = deadline_of(timeout);
+    CHECK(announce(t, sig, dl, &w));
+    if (t->n == 1)
+        return PT_OK;
+    uint8_t *b = buf;
+    for (size_t o = 0; o < nbytes; o += t->slot) {
+        size_t m = nbytes - o < t->slot ? nbytes - o : t->slot;
+        uint64_t s = t->seq++;
+        size_t so = (size_t)(s % (uint64_t)t->nslots) * t->slot;
+        if (t->me == root) {
+            CHECK(slot_free(t, s, dl, &w));
+            pt_copy(t->in[root] + so, b + o, m);
+            publish(t, HDR_CTR(t, root, ready), s + 1);
+        } else {
+            CHECK(wait_for(t, root, HDR_CTR(t, root, ready), s + 1, dl, &w));
+            pt_copy(b + o, t->in[root] + so, m);
+        }
+        publish(t, HDR_CTR(t, t->me, done), s + 1);
+    }
+    return PT_OK;
+}
