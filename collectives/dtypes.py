@@ -22,12 +22,19 @@ class ReduceOp(enum.IntEnum):
     AVG = 4
 
 
+_BY_DTYPE = {}   # np.dtype -> code, filled on first sight (collectives call this per call)
+
+
 def dtype_code(dtype):
     """pt_dtype_t code of a numpy dtype; TypeError for one the kernels do not support."""
-    dtype = np.dtype(dtype)
-    code = _CODES.get(dtype.name) if dtype.isnative or dtype.itemsize == 1 else None
+    code = _BY_DTYPE.get(dtype)
+    if code is not None:
+        return code
+    dt = np.dtype(dtype)
+    code = _CODES.get(dt.name) if dt.isnative or dt.itemsize == 1 else None
     if code is None:
-        raise TypeError(f"dtype {dtype} is not supported: use one of {', '.join(_CODES)}")
+        raise TypeError(f"dtype {dt} is not supported: use one of {', '.join(_CODES)}")
+    _BY_DTYPE[dt] = code
     return code
 
 
@@ -35,10 +42,14 @@ def is_floating(dtype):
     return np.dtype(dtype).name in ("float16", "bfloat16", "float32", "float64")
 
 
+_OPS = {**{o: o for o in ReduceOp}, **{o.name.lower(): o for o in ReduceOp}}
+
+
 def reduce_op(op):
     """ReduceOp from a name ('sum', 'prod', 'min', 'max', 'avg') or a ReduceOp."""
-    if isinstance(op, ReduceOp):
-        return op
+    hit = _OPS.get(op) if isinstance(op, (str, ReduceOp)) else None
+    if hit is not None:
+        return hit
     if isinstance(op, str):
         try:
             return ReduceOp[op.upper()]

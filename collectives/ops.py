@@ -11,14 +11,18 @@ import threading
 import numpy as np
 
 from . import algorithms
+from .algorithms import shm
 from .dtypes import ReduceOp, dtype_code, is_floating, reduce_op
-from .world import init
+from .world import current as _current, init
 
 _KIND = {"allreduce": 1, "allgather": 2, "reduce_scatter": 3, "broadcast": 4}
 
 
 def _world(world):
-    return init() if world is None else world
+    if world is not None:
+        return world
+    w = _current()
+    return w if w is not None else init()
 
 
 def _aligned_empty(shape, dtype):
@@ -70,6 +74,26 @@ def _finish(out, back):
 
 # ---- synchronous -------------------------------------------------------------------------
 
+_PLANS = {}   # (kind, dtype, shape, op, root) -> checked plan; a dict hit per call, not a check
+
+
+def _plan(kind, arr, op=None, root=0):
+    """Validate once per (kind, dtype, shape, op, root): (dtype code, native op, sig, avg)."""
+    key = (kind, arr.dtype, arr.shape, op, root)
+    plan = _PLANS.get(key)
+    if plan is None:
+        code = dtype_code(arr.dtype) if op is not None else 0
+        rop = reduce_op(op) if op is not None else ReduceOp.SUM
+        if rop is ReduceOp.AVG and not is_floating(arr.dtype):
+            raise TypeError(f"op 'avg' needs a floating dtype, not {arr.dtype}")
+        base = ReduceOp.SUM if rop is ReduceOp.AVG else rop
+        plan = (code, int(base), _sig(kind, arr, rop, root), rop is ReduceOp.AVG)
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
 def allreduce(x, op="sum", *, out=None, world=None, algorithm="auto", deterministic=False):
     """Reduce x elementwise over every rank; every rank gets the same bytes.
 
@@ -78,21 +102,23 @@ def allreduce(x, op="sum", *, out=None, world=None, algorithm="auto", determinis
     so the result does not depend on the algorithm, chunking or placement.
     """
     w = _world(world)
-    return w._serial(_allreduce, w, x, op, out, algorithm, deterministic)
+    if w._coll_pending:
+        return w._serial(_allreduce, w, x, op, out, algorithm, deterministic)
+    return _allreduce(w, x, op, out, algorithm, deterministic)
 
 
 def _allreduce(w, x, op, out, algorithm, deterministic):
     arr, back = _as_array(x)
-    code = dtype_code(arr.dtype)
-    rop = reduce_op(op)
-    if rop is ReduceOp.AVG and not is_floating(arr.dtype):
-        raise TypeError(f"op 'avg' needs a floating dtype, not {arr.dtype}")
+    code, opc, sig, avg = _plan("allreduce", arr, op)
     res = _output(out, arr.shape, arr.dtype, back is not None)
-    base = ReduceOp.SUM if rop is ReduceOp.AVG else rop
-    algo = algorithms.select("allreduce", arr.nbytes, w, algorithm, deterministic)
-    algorithms.run("allreduce", algo, w, arr, res, code=code, op=int(base),
-                   sig=_sig("allreduce", arr, rop))
-    if rop is ReduceOp.AVG:
+    if algorithm == "auto" and w._direct:
+        # one host, no override: the native team picks one-shot or two-shot by size
+        team = w._teams.get("world") or w._get_team("world")
+        shm.call(w, team, team.native.allreduce, opc, code, arr, res, arr.size, 0, sig)
+    else:
+        algo = algorithms.select("allreduce", arr.nbytes, w, algorithm, deterministic)
+        algorithms.run("allreduce", algo, w, arr, res, code=code, op=opc, sig=sig)
+    if avg:
         np.divide(res, w.size, out=res, casting="unsafe")
     return _finish(res, back)
 
@@ -107,7 +133,7 @@ def _allgather(w, x, out, algorithm):
     arr, back = _as_array(x)
     res = _output(out, (w.size,) + arr.shape, arr.dtype, back is not None)
     algo = algorithms.select("allgather", arr.nbytes, w, algorithm, False)
-    algorithms.run("allgather", algo, w, arr, res, sig=_sig("allgather", arr))
+    algorithms.run("allgather", algo, w, arr, res, sig=_plan("allgather", arr)[2])
     return _finish(res, back)
 
 
@@ -122,16 +148,11 @@ def _reduce_scatter(w, x, op, out, algorithm):
     if arr.ndim == 0 or arr.shape[0] != w.size:
         raise ValueError(f"reduce_scatter needs an input of shape ({w.size}, ...), one block "
                          f"per rank; got {arr.shape}")
-    code = dtype_code(arr.dtype)
-    rop = reduce_op(op)
-    if rop is ReduceOp.AVG and not is_floating(arr.dtype):
-        raise TypeError(f"op 'avg' needs a floating dtype, not {arr.dtype}")
+    code, opc, sig, avg = _plan("reduce_scatter", arr, op)
     res = _output(out, arr.shape[1:], arr.dtype, back is not None)
-    base = ReduceOp.SUM if rop is ReduceOp.AVG else rop
     algo = algorithms.select("reduce_scatter", arr.nbytes, w, algorithm, False)
-    algorithms.run("reduce_scatter", algo, w, arr, res, code=code, op=int(base),
-                   sig=_sig("reduce_scatter", arr, rop))
-    if rop is ReduceOp.AVG:
+    algorithms.run("reduce_scatter", algo, w, arr, res, code=code, op=opc, sig=sig)
+    if avg:
         np.divide(res, w.size, out=res, casting="unsafe")
     return _finish(res, back)
 
@@ -151,7 +172,7 @@ def _broadcast(w, x, root, out, algorithm):
         np.copyto(res, arr)
     algo = algorithms.select("broadcast", arr.nbytes, w, algorithm, False)
     algorithms.run("broadcast", algo, w, res, res, root=int(root),
-                   sig=_sig("broadcast", arr, 0, int(root)))
+                   sig=_plan("broadcast", arr, None, int(root))[2])
     return _finish(res, back)
 
 

@@ -75,9 +75,17 @@ class World:
                     self._ctx.connect(r, tuple(recs[r]["ctrl"]))
                 except _native.Error as e:
                     raise_native(e, rank=r, host=self.hosts[r], what="connect")
+        if "POOLTENSOR_SPIN_US" not in os.environ:
+            # a peer with a core of its own answers within microseconds: poll for a while;
+            # with more ranks than cores the peer needs our core, so sleep almost at once
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            _native.set_spin(1000.0 if self.local_size <= cores else 20.0)
         self._shm_world = all(t in ("self", "shm") for t in self.transports)
         self._barrier_ranks = list(range(self.size))
         self._teams = {}
+        from .algorithms import ENV_ALGO
+        # every rank on this machine and one topology host: the native team decides alone
+        self._direct = self._shm_world and self.local_size == self.size and not ENV_ALGO
         self._coll_exec = None
         self._coll_pending = 0
         self._coll_thread = None
@@ -259,6 +267,12 @@ def init(timeout=None):
             import atexit
             atexit.register(finalize)
         return _world
+
+
+def current():
+    """The World if one is open, else None (no lock: a hot path)."""
+    w = _world
+    return w if w is not None and not w._closed else None
 
 
 def finalize():

@@ -15,6 +15,8 @@ _REGISTRY = {}   # (kind, name) -> function
 ONESHOT_MAX = int(os.environ.get("POOLTENSOR_ONESHOT_MAX", 64 * 1024))
 # Recursive doubling wins over the ring for small messages once there are several hops.
 RECURSIVE_MAX = 32 * 1024
+# read once: the choice is made on every call, a hot path for small messages
+ENV_ALGO = os.environ.get("POOLTENSOR_ALGO", "").strip()
 
 
 def register(kind, name):
@@ -38,10 +40,9 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
     """The algorithm to run: explicit argument, else POOLTENSOR_ALGO, else by size and topology."""
     algorithm = algorithm or "auto"
     if algorithm == "auto":
-        env = os.environ.get("POOLTENSOR_ALGO", "").strip()
         # the variable names one algorithm for every kind; kinds without it choose for themselves
-        if env and (kind, env) in _REGISTRY:
-            algorithm = env
+        if ENV_ALGO and (kind, ENV_ALGO) in _REGISTRY:
+            algorithm = ENV_ALGO
     if algorithm != "auto":
         if (kind, algorithm) not in _REGISTRY:
             raise ValueError(f"unknown {kind} algorithm {algorithm!r}: choose 'auto' or one of "

@@ -845,7 +845,18 @@ static PyObject *mod_stage_bytes(PyObject *m, PyObject *args)
     return PyLong_FromSize_t(pt_team_stage_bytes((size_t)slot, nslots));
 }
 
+static PyObject *mod_set_spin(PyObject *m, PyObject *args)
+{
+    double us;
+    if (!PyArg_ParseTuple(args, "d", &us))
+        return NULL;
+    pt_set_spin(us * 1e-6);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_spin", mod_set_spin, METH_VARARGS,
+     "set_spin(microseconds): how long waits poll before they sleep."},
     {"stage_bytes", mod_stage_bytes, METH_VARARGS,
      "stage_bytes(slot_bytes, nslots): staging each team member registers."},
     {NULL}};

@@ -65,14 +65,20 @@ void pt__futex_wake(_Atomic uint32_t *addr, int shared)
     syscall(SYS_futex, (uint32_t *)addr, op, INT_MAX, NULL, NULL, 0);
 }
 
-/* How long a waiter polls before it blocks: short, because tests oversubscribe 2 cores. */
+static _Atomic double spin_seconds = -1;
+
+/* How long a waiter polls before it blocks. Long enough to catch a peer running on another
+ * core (a futex wake-up costs tens of microseconds), short when ranks outnumber cores. */
 double pt__spin_seconds(void)
 {
-    static double cached = -1;
-    if (cached < 0) {
-        const char *s = getenv("POOLTENSOR_SPIN_US");
-        double us = s ? atof(s) : 20.0;
-        cached = (us < 0 ? 0 : us) * 1e-6;
+    double s = atomic_load_explicit(&spin_seconds, memory_order_relaxed);
+    if (s < 0) {
+        const char *env = getenv("POOLTENSOR_SPIN_US");
+        double us = env ? atof(env) : 20.0;
+        s = (us < 0 ? 0 : us) * 1e-6;
+        atomic_store(&spin_seconds, s);
     }
-    return cached;
+    return s;
 }
+
+void pt_set_spin(double seconds) { atomic_store(&spin_seconds, seconds < 0 ? 0 : seconds); }
