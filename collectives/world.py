@@ -11,14 +11,11 @@ import threading
 
 import msgpack
 
-from . import _native
+from . import _native, transport
 from .errors import PeerLost, Timeout, TransportError
 from .rendezvous import store as _store
 from .rendezvous.bootstrap import bootstrap, host_identity
 from .window import Window, raise_native
-
-TRANSPORTS = ("shm", "tcp")
-
 
 def _machine_id():
     """hostname/boot-id: equal exactly when two ranks can share memory."""
@@ -62,15 +59,9 @@ class World:
         self.local_rank = self.local_ranks.index(self.rank)
         self.local_size = len(self.local_ranks)
         self.pids = [r["pid"] for r in recs]
-        forced = os.environ.get("POOLTENSOR_TRANSPORT", "").strip().lower() or None
-        if forced and forced not in TRANSPORTS:
-            raise ValueError(f"POOLTENSOR_TRANSPORT={forced!r}: choose one of {TRANSPORTS}")
-        self.transports = []
+        self.transports = transport.choose(ident, self.rank)
         for r in range(self.size):
-            local = ident[r] == ident[self.rank]
-            self.transports.append("self" if r == self.rank else
-                                   forced or ("shm" if local else "tcp"))
-            if local and r != self.rank:
+            if self.transports[r] == "shm":
                 try:
                     self._ctx.connect(r, tuple(recs[r]["ctrl"]))
                 except _native.Error as e:
@@ -79,7 +70,8 @@ class World:
             # a peer with a core of its own answers within microseconds: poll for a while;
             # with more ranks than cores the peer needs our core, so sleep almost at once
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-            _native.set_spin(1000.0 if self.local_size <= cores else 20.0)
+            on_machine = sum(1 for m in ident if m == ident[self.rank])
+            _native.set_spin(1000.0 if on_machine <= cores else 20.0)
         self._shm_world = all(t in ("self", "shm") for t in self.transports)
         self._barrier_ranks = list(range(self.size))
         self._teams = {}
