@@ -12,7 +12,7 @@ _ACCESS = {"r": 1, "rw": 3}
 
 def raise_native(err, rank=None, host=None, offset=None, length=None, what="access"):
     """Re-raise a _native.Error as the collectives error it stands for."""
-    status, errno, text = err.args
+    status, errno, text = err.args[:3]
     kw = dict(rank=rank, host=host, offset=offset, length=length)
     if status in (_native.ERR_KEY, _native.ERR_BOUNDS, _native.ERR_MODE, _native.ERR_ALIGN):
         raise RemoteAccessError(f"{what} refused at the target: {text}", **kw) from None
