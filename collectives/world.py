@@ -106,7 +106,10 @@ class World:
                                  host=self.hosts[rank])
 
     def _lost(self):
-        return [r for r in range(self.size) if r != self.rank and self._ctx.peer_lost(r)]
+        """Dead peers, the first one seen first (the likely cause of the others' exits)."""
+        first = self._ctx.first_lost()
+        rest = [r for r in range(self.size) if r not in (self.rank, first) and self._ctx.peer_lost(r)]
+        return ([first] if first >= 0 else []) + rest
 
     # -- public -----------------------------------------------------------------------------
     def barrier(self, timeout=None):

@@ -298,6 +298,12 @@ static PyObject *Context_peer_lost(ContextObject *self, PyObject *args)
     return PyBool_FromLong(pt_ctx_peer_lost(self->ctx, rank));
 }
 
+static PyObject *Context_first_lost(ContextObject *self, PyObject *unused)
+{
+    CTX(self);
+    return PyLong_FromLong(pt_ctx_first_lost(self->ctx));
+}
+
 static PyObject *Context_barrier(ContextObject *self, PyObject *args)
 {
     int root;
@@ -560,6 +566,8 @@ static PyMethodDef Context_methods[] = {
     {"addr", (PyCFunction)Context_addr, METH_NOARGS, "(pid, ctrl_fd, ctrl_len) for peers."},
     {"connect", (PyCFunction)Context_connect, METH_VARARGS, "connect(rank, addr): map a peer."},
     {"peer_lost", (PyCFunction)Context_peer_lost, METH_VARARGS, "peer_lost(rank) -> bool"},
+    {"first_lost", (PyCFunction)Context_first_lost, METH_NOARGS,
+     "The first peer seen dead, or -1."},
     {"barrier", (PyCFunction)Context_barrier, METH_VARARGS,
      "barrier(root, ranks, timeout): same-host barrier on root's control block."},
     {"add_segment", (PyCFunction)Context_add_segment, METH_VARARGS, "Serve a segment directly."},

@@ -73,6 +73,8 @@ void pt_ctx_addr(const pt_ctx_t *ctx, pt_addr_t *out);
 pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr);
 /* 1 when the peer is known to be gone. */
 int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank);
+/* The first peer seen dead (the likely cause when several are gone), or -1. */
+int pt_ctx_first_lost(pt_ctx_t *ctx);
 /* Barrier over all ranks that share rank `root`'s control block (same host). */
 pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, double timeout);
 
@@ -148,18 +150,26 @@ pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, 
 
 
 size_t pt_dtype_size(pt_dtype_t dt);
-/* Name of the instruction set the kernels dispatched to: "avx512", "avx2", "neon", "scalar". */
+/* Name of the instruction set the kernels dispatched to: "avx512", "avx2", "neon", "scalar".
+ * Chosen at the first kernel call from what the CPU supports; POOLTENSOR_KERNELS set to one of
+ * these names asks for a lesser one (the best the CPU runs at or below it). The results of
+ * every kernel are bitwise the same on all of them, NaN payloads aside. */
 const char *pt_kernels_isa(void);
 
+/* memmove: dst and src may overlap. */
 void pt_copy(void *dst, const void *src, size_t len);
-/* Strided N-d gather into contiguous dst / scatter from contiguous src. Strides in bytes,
- * may be negative. */
+/* Strided N-d gather into contiguous dst / scatter from contiguous src, in C order. The strided
+ * side points at element [0, ..., 0]; strides in bytes, may be negative or zero; ndim 0..64
+ * (0: one element). The caller vouches that every element lies in its memory. PT_ERR_INVALID
+ * for a negative extent, itemsize 0 or a size that overflows. */
 pt_status_t pt_gather(void *dst, const void *src, int ndim, const int64_t *shape,
                       const int64_t *strides, size_t itemsize);
 pt_status_t pt_scatter(void *dst, const void *src, int ndim, const int64_t *shape,
                        const int64_t *strides, size_t itemsize);
 /* dst[i] = srcs[0][i] op srcs[1][i] op ... srcs[nsrc-1][i], left to right; 16-bit floats are
- * accumulated in float32 and rounded once. dst may alias srcs[0]. */
+ * accumulated in float32 and rounded once (to nearest even). NaN propagates through min and max
+ * as in np.minimum/np.maximum; integers wrap. Buffers may have any byte alignment. dst may be
+ * any of the sources (in place); a partial overlap with one is PT_ERR_INVALID. */
 pt_status_t pt_reduce(pt_op_t op, pt_dtype_t dt, void *dst, const void *const *srcs, int nsrc,
                       size_t count);
 /* Reduce a whole buffer to one value, written in the accumulator type: int64 for signed

@@ -33,6 +33,7 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
     ctx->nthreads = nthreads > 0 ? nthreads : 1;
     ctx->next_gen = 1;
     ctx->wake_fd = -1;
+    atomic_store(&ctx->first_lost, -1);
     pthread_mutex_init(&ctx->reg_lock, NULL);
     pthread_mutex_init(&ctx->q_lock, NULL);
     pthread_cond_init(&ctx->q_cond, NULL);
@@ -162,6 +163,8 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
     pt__monitor_poke(ctx);
     return PT_OK;
 }
+
+int pt_ctx_first_lost(pt_ctx_t *ctx) { return atomic_load(&ctx->first_lost); }
 
 int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank)
 {

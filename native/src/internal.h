@@ -91,6 +91,7 @@ struct pt_ctx {
     int stopping;
     int nthreads;
     pthread_t *threads;
+    _Atomic int first_lost;               /* the first peer seen dead, or -1 */
     /* peer monitor */
     pthread_t monitor;
     int monitor_started;

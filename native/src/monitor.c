@@ -11,6 +11,13 @@
 
 #include "internal.h"
 
+static void mark_lost(pt_ctx_t *ctx, int r)
+{
+    int none = -1;
+    atomic_store(&ctx->peers[r].lost, 1);
+    atomic_compare_exchange_strong(&ctx->first_lost, &none, r);
+}
+
 static void *monitor_main(void *arg)
 {
     pt_ctx_t *ctx = arg;
@@ -44,12 +51,12 @@ static void *monitor_main(void *arg)
         }
         for (int i = 1; i < n; i++)
             if (fds[i].revents)
-                atomic_store(&ctx->peers[who[i]].lost, 1);
+                mark_lost(ctx, who[i]);
         for (int r = 0; r < ctx->size; r++) {
             pt_peer_t *p = &ctx->peers[r];
             if (p->connected && p->pidfd < 0 && r != ctx->rank && kill(p->pid, 0) != 0 &&
                 errno == ESRCH)
-                atomic_store(&p->lost, 1);
+                mark_lost(ctx, r);
         }
     }
     free(fds);

@@ -148,7 +148,12 @@ static pt_status_t wait_for(pt_team_t *t, int i, _Atomic uint64_t *ctr, uint64_t
         if (now - start < spin)
             continue;
         if (pt_ctx_peer_lost(t->ctx, t->ranks[i])) {
+            /* name the first member that died: the others may have left because of it */
+            int first = pt_ctx_first_lost(t->ctx);
             *who = i;
+            for (int j = 0; j < t->n; j++)
+                if (t->ranks[j] == first)
+                    *who = j;
             return PT_ERR_PEER_LOST;
         }
         if (deadline >= 0 && now > deadline) {

@@ -11,6 +11,9 @@ world = collectives.init()
 win = world.expose(1 << 16)
 victim = world.size - 1
 world.barrier()
+# segments are memfds: they have no name in /dev/shm and vanish with their last process
+with open("/proc/self/maps") as f:
+    assert "memfd:pooltensor" in f.read(), "window memory is not a memfd segment"
 if world.rank == victim:
     print(f"rank {world.rank}: pid {os.getpid()} dying", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
