@@ -1,0 +1,33 @@
+/* The AVX-512 variant of the kernels (x86-64 with AVX-512 F, BW, DQ and VL: Skylake-SP, Ice Lake,
+ * Zen 4 and later). Chosen at run time by kernels.c; the target applies to this file only. FMA
+ * is deliberately left out: a contracted multiply-add would make results differ from the other
+ * variants. */
+#if defined(__x86_64__)
+/* System headers first, so that the target below applies to our functions only. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels_internal.h"
+
+#if defined(__clang__)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")
+#endif
+
+#define PT_KNAME pt_kernels_avx512
+#define PT_KISA "avx512"
+#define PT_KF16 PT_KF16_F16C
+#include "kernels_impl.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#else
+typedef int pt_kernels_avx512_unused_t; /* ISO C wants a translation unit to declare something */
+#endif
