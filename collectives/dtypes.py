@@ -7,8 +7,8 @@ import enum
 
 import numpy as np
 
-# pt_dtype_t codes, in native/include/pt.h order
-_CODES = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5,
+#: dtype name -> pt_dtype_t code, in native/include/pt.h order
+DTYPES = _CODES = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5,
           "uint32": 6, "uint64": 7, "float16": 8, "bfloat16": 9, "float32": 10, "float64": 11}
 
 

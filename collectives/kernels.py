@@ -17,16 +17,13 @@ import os
 import numpy as np
 
 from collectives import _native
+from collectives.dtypes import DTYPES, ReduceOp
 
 __all__ = ["OPS", "DTYPES", "isa", "dtype_code", "copy", "gather", "scatter", "reduce",
            "reduce_all"]
 
-#: op name -> pt_op_t code (order of the enum in pt.h)
-OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3}
-
-#: dtype name -> pt_dtype_t code (order of the enum in pt.h)
-DTYPES = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5,
-          "uint32": 6, "uint64": 7, "float16": 8, "bfloat16": 9, "float32": 10, "float64": 11}
+#: op name -> pt_op_t code (order of the enum in pt.h); avg is not a kernel op
+OPS = {o.name.lower(): int(o) for o in ReduceOp if o is not ReduceOp.AVG}
 
 # What pt_reduce_all writes for each dtype, as a numpy scalar type.
 _ACCUMULATOR = [np.int64] * 4 + [np.uint64] * 4 + [np.float32] * 3 + [np.float64]
