@@ -1,5 +1,6 @@
 # The two commands: `make demo` and `make test`. Both build .venv in the repo root from PyPI
-# (MPI included: mpi4py with the mpich wheel); only a C compiler is assumed.
+# (MPI included: mpi4py with the mpich wheel); only a C compiler is assumed. The package is
+# installed editable, so the extension is also built in place and the source tree imports.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -17,8 +18,8 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python $(SOURCES) $(wildcard collectives/*.py collectives/*/*.py pooltensor/*.py)
 	$(BIN)/pip install -q "numpy>=1.24" "msgpack>=1.0" "mpi4py>=4.0" $(MPI) \
-	    pytest pytest-timeout hypothesis matplotlib "setuptools>=68" wheel
-	$(BIN)/pip install -q --no-build-isolation --no-deps .
+	    pytest pytest-timeout hypothesis matplotlib jax ml_dtypes "setuptools>=77" wheel
+	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
 install: $(STAMP)

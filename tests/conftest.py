@@ -17,9 +17,24 @@ def mpiexec():
     return str(exe) if exe.exists() else shutil.which("mpiexec")
 
 
+_OPENMPI = {}
+
+
+def mpiexec_cmd(n):
+    """mpiexec -n N, with what Open MPI needs to run N ranks on fewer cores (and as root)."""
+    exe = mpiexec()
+    if exe not in _OPENMPI:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+        _OPENMPI[exe] = "Open MPI" in out.stdout + out.stderr
+    return [exe, "--oversubscribe", "-n", str(n)] if _OPENMPI[exe] else [exe, "-n", str(n)]
+
+
 def rank_env(extra=None):
     env = dict(os.environ)
     env.setdefault("POOLTENSOR_TIMEOUT", "30")
+    # Open MPI refuses to start as root unless told twice (CI runs as root)
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
@@ -32,7 +47,7 @@ def run_ranks(launcher, n, script, *args, env=None, timeout=90):
         exe = mpiexec()
         if exe is None:
             pytest.skip("mpiexec not found (pip install mpich mpi4py)")
-        cmd = [exe, "-n", str(n), sys.executable, path, *args]
+        cmd = [*mpiexec_cmd(n), sys.executable, path, *args]
     else:
         cmd = [sys.executable, "-m", "collectives.launch", "-n", str(n), path, *args]
     return subprocess.run(cmd, env=rank_env(env), capture_output=True, text=True,
