@@ -37,16 +37,25 @@ def _aligned_empty(shape, dtype):
 def _as_array(x):
     """(numpy array, function turning a numpy result back into x's kind)."""
     if isinstance(x, np.ndarray):
-        return np.ascontiguousarray(x), None
+        return (x if x.flags.c_contiguous else np.ascontiguousarray(x)), None
     if type(x).__module__.startswith(("jax", "jaxlib")):
-        import jax.numpy as jnp
         arr = np.asarray(x)
-        return np.ascontiguousarray(arr), jnp.from_dlpack
+        return (arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)), _to_jax
     try:
-        return np.ascontiguousarray(np.asarray(memoryview(x))), None
+        arr = np.asarray(memoryview(x))
+        return (arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)), None
     except TypeError:
         raise TypeError(f"expected a numpy array, a JAX array or a buffer, not "
                         f"{type(x).__name__}") from None
+
+
+def _to_jax(out):
+    """Zero-copy through DLPack where numpy can export the dtype (not ml_dtypes' bfloat16)."""
+    import jax.numpy as jnp
+    try:
+        return jnp.from_dlpack(out)
+    except (TypeError, ValueError, RuntimeError, BufferError):
+        return jnp.asarray(out)
 
 
 def _output(out, shape, dtype, like_jax):
@@ -64,7 +73,9 @@ def _output(out, shape, dtype, like_jax):
 
 def _sig(kind, arr, op=0, root=0, extra=()):
     """A digest equal on two ranks exactly when their calls agree (ints only: process-stable)."""
-    return hash((_KIND[kind], arr.dtype.num, arr.dtype.itemsize, int(op), root,
+    dt = arr.dtype
+    # kind and size, not dtype.num: np.longlong and np.int64 are one dtype with two numbers
+    return hash((_KIND[kind], ord(dt.kind), dt.itemsize, len(dt.descr), int(op), root,
                  arr.shape, extra)) & 0xFFFFFFFFFFFFFFFF
 
 
@@ -111,13 +122,22 @@ def _allreduce(w, x, op, out, algorithm, deterministic):
     arr, back = _as_array(x)
     code, opc, sig, avg = _plan("allreduce", arr, op)
     res = _output(out, arr.shape, arr.dtype, back is not None)
+    if avg and arr.dtype.itemsize == 2:
+        # 16-bit floats: sum and divide in float32, round once (a float16 sum may overflow)
+        wide = _allreduce(w, arr.astype(np.float32), "sum", None, algorithm, deterministic)
+        np.divide(wide, w.size, out=wide)
+        res[...] = wide.astype(arr.dtype)
+        return _finish(res, back)
     if algorithm == "auto" and w._direct:
-        # one host, no override: the native team picks one-shot or two-shot by size
+        # one host, no override: one-shot or two-shot by size (the choice is in the digest)
+        algo = 1 if arr.nbytes <= algorithms.ONESHOT_MAX else 2
         team = w._teams.get("world") or w._get_team("world")
-        shm.call(w, team, team.native.allreduce, opc, code, arr, res, arr.size, 0, sig)
+        shm.call(w, team, team.native.allreduce, opc, code, arr, res, arr.size, algo,
+                 sig ^ algo)
     else:
         algo = algorithms.select("allreduce", arr.nbytes, w, algorithm, deterministic)
-        algorithms.run("allreduce", algo, w, arr, res, code=code, op=opc, sig=sig)
+        algorithms.run("allreduce", algo, w, arr, res, code=code, op=opc,
+                       sig=sig ^ algorithms.digest(algo))
     if avg:
         np.divide(res, w.size, out=res, casting="unsafe")
     return _finish(res, back)
@@ -193,10 +213,10 @@ class CollectiveRequest:
     def wait(self, timeout=None):
         """The result (or the collective's error); Timeout if not done within `timeout`."""
         from .errors import Timeout
-        try:
-            return self._future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise Timeout(f"collective not complete within {timeout} s") from None
+        done, _ = concurrent.futures.wait([self._future], timeout)
+        if not done:
+            raise Timeout(f"collective not complete within {timeout} s")
+        return self._future.result()
 
     def test(self):
         """True once done."""
