@@ -284,8 +284,10 @@ pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, dou
         if ((i & 63) != 63)
             continue;
         double now = pt__now();
-        if (now - start < spin)
+        if (now - start < spin) {
+            pt__relax(now - start);
             continue;
+        }
         for (int k = 0; k < n; k++)
             if (pt_ctx_peer_lost(ctx, ranks[k]))
                 return PT_ERR_PEER_LOST;

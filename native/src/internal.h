@@ -106,6 +106,9 @@ int pt__futex_wait(_Atomic uint32_t *addr, uint32_t val, double timeout, int sha
 void pt__futex_wake(_Atomic uint32_t *addr, int shared);
 /* Spin briefly, then block: returns once *addr != val, or at the deadline (returns 0). */
 double pt__spin_seconds(void);
+/* Called while polling: after a few microseconds, give the core to whoever else is runnable
+ * (on a loaded or oversubscribed machine that is often the peer we are waiting for). */
+void pt__relax(double elapsed);
 
 pt_status_t pt__progress_start(pt_ctx_t *ctx);
 void pt__progress_stop(pt_ctx_t *ctx);

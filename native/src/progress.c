@@ -129,8 +129,10 @@ pt_status_t pt_req_wait(pt_req_t *req, double timeout)
         if ((i & 63) != 63)
             continue;
         double el = pt__now() - start;
-        if (el < spin)
+        if (el < spin) {
+            pt__relax(el);
             continue;
+        }
         if (timeout >= 0 && el >= timeout)
             return PT_ERR_TIMEOUT;
         double slice = timeout < 0 ? 0.1 : timeout - el;

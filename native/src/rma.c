@@ -275,8 +275,10 @@ pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int
         if ((i & 63) != 63)
             continue;
         double el = pt__now() - start;
-        if (el < spin)
+        if (el < spin) {
+            pt__relax(el);
             continue;
+        }
         if (watch >= 0 && pt_ctx_peer_lost(ctx, watch))
             return PT_ERR_PEER_LOST;
         if (timeout >= 0 && el > timeout)

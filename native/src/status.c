@@ -5,6 +5,7 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +80,12 @@ double pt__spin_seconds(void)
         atomic_store(&spin_seconds, s);
     }
     return s;
+}
+
+void pt__relax(double elapsed)
+{
+    if (elapsed > 5e-6)
+        sched_yield();
 }
 
 void pt_set_spin(double seconds) { atomic_store(&spin_seconds, seconds < 0 ? 0 : seconds); }

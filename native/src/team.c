@@ -145,8 +145,10 @@ static pt_status_t wait_for(pt_team_t *t, int i, _Atomic uint64_t *ctr, uint64_t
             continue;
         }
         double now = pt__now();
-        if (now - start < spin)
+        if (now - start < spin) {
+            pt__relax(now - start);
             continue;
+        }
         if (pt_ctx_peer_lost(t->ctx, t->ranks[i])) {
             /* name the first member that died: the others may have left because of it */
             int first = pt_ctx_first_lost(t->ctx);
