@@ -25,7 +25,8 @@ $(STAMP): $(BIN)/python $(SOURCES) $(wildcard collectives/*.py collectives/*/*.p
 install: $(STAMP)
 
 demo: $(STAMP)
-	cd examples && ../$(BIN)/python -m collectives.launch -n $(RANKS) windows_demo.py
+	$(BIN)/python examples/quickstart.py
+	$(BIN)/python -m collectives.launch -n $(RANKS) examples/windows_demo.py
 
 test: $(STAMP)
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider

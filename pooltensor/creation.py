@@ -1,0 +1,182 @@
+"""Creating pool arrays: zeros, ones, empty, full, arange, linspace, asarray, from_numpy.
+
+Every function allocates the slabs (pool.allocate: placement policy, access mode) and then
+fills them slab by slab: the values of slab k are computed from the flat element range it
+holds, with numpy, so no Python runs per element and each slab is written once.
+
+Who writes what: in a plain script, the script writes every slab (its own directly, the
+members' with Window.put; readonly slabs through the init window only the script has). In
+SPMD, creation is collective: every rank allocates the same slabs, writes the ones it homes
+straight into its own memory, and a barrier ends the call so every rank sees the contents.
+Slabs that were never used before are still zero (memfd pages), so zeros() skips them.
+"""
+import operator
+
+import numpy as np
+
+from . import transfer
+from .array import _check_dtype, ndarray
+from .runtime import current
+
+
+def _shape(shape):
+    if isinstance(shape, (int, np.integer)) or hasattr(type(shape), "__index__"):
+        shape = (operator.index(shape),)
+    shape = tuple(operator.index(n) for n in shape)
+    for n in shape:
+        if n < 0:
+            raise ValueError("negative dimensions are not allowed")
+    return shape
+
+
+def _new(shape, dtype, placement=None, access="readwrite"):
+    """An uninitialized array and, per slab, whether it is fresh (still all zeros)."""
+    pool = current()
+    dtype = _check_dtype(dtype)
+    shape = _shape(shape)
+    n = 1
+    for d in shape:
+        n *= d
+    alloc, fresh = pool.allocate(n * dtype.itemsize, access, placement)
+    strides = []
+    s = dtype.itemsize
+    for d in reversed(shape):
+        strides.append(s)
+        s *= max(d, 1)
+    return ndarray(alloc, 0, shape, tuple(reversed(strides)), dtype), fresh
+
+
+def _mine(pool, alloc, k):
+    """Does this process write slab k at creation? (SPMD: only the slabs it homes.)"""
+    return not pool.spmd or alloc.members[k] == pool.me
+
+
+def _fill(x, fresh, values, skip_fresh=False):
+    """Write values(e0, e1) -> 1-D numpy (elements e0..e1-1 in C order) into each slab."""
+    a = x._a
+    pool = a.pool
+    S = pool.slab_size
+    it = x.itemsize
+    E = S // it
+    total = x.size
+    for k in range(len(a.members)):
+        if not _mine(pool, a, k) or (skip_fresh and fresh[k]):
+            continue
+        e0, e1 = k * E, min(total, (k + 1) * E)
+        data = np.ascontiguousarray(values(e0, e1), x.dtype)
+        transfer.put_bytes(pool, a, k, 0, data.view(np.uint8))
+    _done(pool, a)
+    return x
+
+
+def _done(pool, alloc):
+    """SPMD: creation ends together, so every rank sees every slab's contents."""
+    if pool.spmd and pool.size > 1 and alloc.heap != "pv":
+        pool.world.barrier()
+
+
+def empty(shape, dtype=float, *, placement=None, access="readwrite"):
+    """A new array without initializing its elements (collective in SPMD)."""
+    return _new(shape, dtype, placement, access)[0]
+
+
+def zeros(shape, dtype=float, *, placement=None, access="readwrite"):
+    """A new array of zeros (slabs never used before are already zero and not written)."""
+    x, fresh = _new(shape, dtype, placement, access)
+    z = np.zeros(x._a.pool.slab_size // x.itemsize, x.dtype)
+    return _fill(x, fresh, lambda e0, e1: z[:e1 - e0], skip_fresh=True)
+
+
+def ones(shape, dtype=float, *, placement=None, access="readwrite"):
+    """A new array of ones."""
+    return full(shape, 1, dtype, placement=placement, access=access)
+
+
+def full(shape, fill_value, dtype=None, *, placement=None, access="readwrite"):
+    """A new array with every element `fill_value` (dtype inferred as numpy's full does)."""
+    if dtype is None:
+        dtype = np.array(fill_value).dtype
+    x, fresh = _new(shape, dtype, placement, access)
+    v = np.full(x._a.pool.slab_size // x.itemsize, fill_value, x.dtype)
+    return _fill(x, fresh, lambda e0, e1: v[:e1 - e0])
+
+
+def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="readwrite"):
+    """Evenly spaced values in [start, stop), the same values numpy.arange gives."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ZeroDivisionError("division by zero")   # numpy's own message for step 0
+    if dtype is None:                # numpy: intp promoted with the types of start, stop, step
+        dtype = np.dtype(np.intp)
+        for v in (start, stop, step):
+            dtype = np.promote_types(dtype, np.asarray(v).dtype)
+    # numpy fills b0 + i*delta in the dtype, from its first two values: take them from numpy
+    probe = np.arange(start, start + 2 * step, step, dtype=dtype)
+    dtype = probe.dtype
+    n = int(max(0, np.ceil((stop - start) / step)))
+    b0 = probe[0]
+    delta = probe[1] - probe[0] if len(probe) > 1 else probe[0] * 0
+    x, fresh = _new((n,), dtype, placement, access)
+    if dtype.kind in "iub":
+        b0, delta = int(b0), int(delta)
+
+        def values(e0, e1):
+            return (np.arange(e0, e1, dtype=np.int64) * delta + b0).astype(dtype)
+    else:
+        def values(e0, e1):
+            y = np.arange(e0, e1, dtype=np.int64).astype(dtype) * delta + b0
+            if e0 <= 1 < e1:
+                y[1 - e0] = probe[1]     # numpy's second value is start + step, then cast
+            return y
+    return _fill(x, fresh, values)
+
+
+def linspace(start, stop, num=50, endpoint=True, dtype=None, *, placement=None,
+             access="readwrite"):
+    """num evenly spaced values from start to stop, the same values numpy.linspace gives."""
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    div = (num - 1) if endpoint else num
+    dt = np.result_type(start, stop, float(num))
+    dtype = dt if dtype is None else np.dtype(dtype)
+    x, fresh = _new((num,), dtype, placement, access)
+    s0, delta = np.asarray(start, dt), np.asarray(stop, dt) - np.asarray(start, dt)
+    step = delta / div if div > 0 else np.nan
+    any_step_zero = step == 0 if np.isscalar(step) or np.ndim(step) == 0 else False
+
+    def values(e0, e1):
+        y = np.arange(e0, e1, dtype=np.int64).astype(dt)
+        if div > 0:
+            y = y / div * delta if any_step_zero else y * step
+        else:
+            y = y * delta
+        y = y + s0
+        if endpoint and num > 1 and e1 == num:
+            y[-1] = stop
+        if dtype.kind in "iu":
+            y = np.floor(y)
+        return y.astype(dtype, copy=False)
+    return _fill(x, fresh, values)
+
+
+def from_numpy(arr, *, placement=None, access="readwrite"):
+    """A pool copy of numpy array `arr` (in SPMD, every rank passes the same data and
+    writes the slabs it homes)."""
+    arr = np.asarray(arr)
+    x, fresh = _new(arr.shape, arr.dtype, placement, access)
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    return _fill(x, fresh, lambda e0, e1: flat[e0:e1])
+
+
+def asarray(obj, dtype=None, *, placement=None, access=None):
+    """`obj` as a pool array: a pool array as is (when dtype and access already match),
+    anything numpy accepts copied in."""
+    if isinstance(obj, ndarray):
+        if (dtype is None or np.dtype(dtype) == obj.dtype) and \
+                (access is None or access == obj.access) and placement is None:
+            return obj
+        obj = obj.to_numpy()
+    arr = np.asarray(obj, dtype=dtype)
+    return from_numpy(arr, placement=placement, access=access or "readwrite")

@@ -1,0 +1,27 @@
+"""pooltensor's errors: a few subclasses of the one hierarchy collectives defines.
+
+Every pooltensor error is a ``collectives.PooltensorError`` (so one ``except`` catches anything
+that went wrong between processes) and also the builtin exception a numpy user would expect
+(``MemoryError``, ``ValueError``, ``RuntimeError``), so existing handlers keep working.
+"""
+from collectives.errors import PooltensorError
+
+
+class PoolOutOfMemory(PooltensorError, MemoryError):
+    """The pool has too few free slabs for an allocation. ``free`` maps member -> free bytes."""
+
+    def __init__(self, message, *, free=None, needed=None, **kw):
+        self.free = dict(free or {})
+        self.needed = needed
+        if free is not None:
+            parts = ", ".join(f"member {m}: {b} B" for m, b in sorted(self.free.items()))
+            message = f"{message}; free per member: {parts}"
+        super().__init__(message, **kw)
+
+
+class PoolClosed(PooltensorError, RuntimeError):
+    """The pool was finalized (or never initialized) and the operation needs it."""
+
+
+class MaterializeTooLarge(PooltensorError, ValueError):
+    """to_numpy()/__array__ refused: the selection is larger than the configured limit."""

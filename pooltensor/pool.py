@@ -1,0 +1,440 @@
+"""The pool: one global address space over the memory its members contribute.
+
+Address space. A global address is (heap, member, slot): every member keeps one heap per
+access mode, each cut into slabs of ``slab_size`` bytes, and an array's bytes are a list of
+slabs (its ``Allocation``), possibly on several members. Array byte b lives in slab
+b // slab_size of the allocation, at b % slab_size inside it.
+
+Access modes are enforced where the memory lives, by what each heap is exposed as:
+- ``readwrite``: the rw heap, exposed as an rw Window; anyone may get and put.
+- ``readonly``: the ro heap, exposed with access "r": the target refuses every put into it.
+  In a plain script the members also expose it once more as rw, for the script alone (the
+  members run no user code), so the script can initialize arrays it creates; in SPMD each rank
+  writes the readonly slabs it homes straight into its own memory while creating the array.
+- ``private``: a heap that is never exposed (an anonymous mapping); private arrays live on
+  the calling member only, and no other process can name their memory.
+
+Allocation. Every process that creates arrays runs the same deterministic allocator over
+every member's heaps (alloc.SlabAllocator, placement policies): in SPMD, creation is a
+collective call, so all ranks reach the same placement with no messages. In a plain script
+the script is the only allocator (member processes only serve memory).
+
+Frees. An Allocation is freed when its last array (or view) dies; its finalizer only queues
+the slabs, which are given back at a safe point: at the next allocation in a plain script;
+in SPMD at the next collective point (creation or sync), for the arrays every rank has
+dropped (one allreduce to learn whether any rank has something queued, then one allgather).
+
+Coherence (SPMD only; a plain script is the only writer so its cache is always right): each
+rw slab has an int64 version at its home, bumped with fetch_add after every write into it.
+A cached copy remembers the version it was fetched at; sync() = flush + barrier + revalidate
+(one get of the version range per member) drops the copies whose version moved.
+"""
+import mmap
+import os
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+import collectives
+
+from . import placement as _placement
+from .alloc import SlabAllocator
+from .cache import SlabCache
+from .errors import PoolClosed, PoolOutOfMemory
+
+ACCESS = {"readwrite": "rw", "readonly": "ro", "private": "pv"}
+MODE_NAME = {v: k for k, v in ACCESS.items()}
+
+# Default slab size: 1 MiB, from the slab size sweep of `python bench/pool.py` ("(d)": a
+# remote array streamed with blocks(), two members on a shared 2-core VM, three runs).
+# blocks()+sum against numpy: 64 KiB 0.15-0.29x, 256 KiB 0.22-0.55x, 1 MiB 0.42-0.60x,
+# 2 MiB 0.41-0.44x, 4 MiB 0.19-0.40x, 8 MiB 0.35-0.38x. Below 1 MiB the per-slab Python work
+# (~15 us: lookup, prefetch issue, pin) is a large share of each slab's copy; above 2 MiB a
+# slab no longer fits the CPU caches on its way through (one Window.get: 45 GB/s from 256 KiB
+# to 4 MiB, 30 GB/s at 8 MiB) and fewer frames fit the cache budget. A scalar read that
+# misses moves one slab: 4 us at 64 KiB, 28 us at 1 MiB, 95 us at 4 MiB. 1 MiB is the
+# smallest size at the top of the plateau: the cheapest miss there and the least waste in
+# a small array's last slab.
+DEFAULT_SLAB = 1 << 20
+DEFAULT_MATERIALIZE = 4 << 30     # to_numpy() refuses above this (bytes)
+DEFAULT_ADVANCED = 64 << 20       # advanced indexing returns numpy up to this, a pool array above
+
+
+def physical_memory():
+    """Bytes of RAM on this machine."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def check_slab_size(slab_size):
+    s = int(slab_size)
+    if s < 64 or s % 64:
+        raise ValueError(f"slab_size must be a positive multiple of 64 bytes, not {slab_size}")
+    return s
+
+
+class Allocation:
+    """The slabs holding one array's bytes; every view of the array shares it."""
+
+    __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo",
+                 "__weakref__")
+
+    def __init__(self, pool, aid, nbytes, heap, members, slots):
+        self.pool, self.id, self.nbytes, self.heap = pool, aid, nbytes, heap
+        self.members, self.slots = members, slots      # per slab, as Python lists
+        self.pf = None                                  # the prefetcher's state, made on use
+        self.memo = None                                # (slab, typed array, cache gen)
+
+    @property
+    def access(self):
+        return MODE_NAME[self.heap]
+
+    def slab_len(self, k):
+        """Bytes of slab k that belong to the array (the last slab may be partly used)."""
+        return min(self.pool.slab_size, self.nbytes - k * self.pool.slab_size)
+
+
+class _Export:
+    """Owner of a writeable zero-copy numpy view of local rw memory (so sync() can tell
+    the other ranks that those slabs may have changed while the view lives)."""
+
+    __slots__ = ("__array_interface__", "_keep", "__weakref__")
+
+    def __init__(self, arr):
+        self.__array_interface__ = arr.__array_interface__
+        self._keep = arr
+
+
+class Pool:
+    """The pool of one process. Made by pooltensor.init(); see the module docstring."""
+
+    def __init__(self, world, *, role, slab_size=None, memory=None, cache_bytes=None,
+                 placement="block", materialize_limit=None, advanced_limit=None, procs=(),
+                 owns_world=False):
+        self.world = world
+        self.role = role                       # "spmd", "plain" or "member"
+        self.me, self.size = world.rank, world.size
+        self.spmd = role == "spmd"
+        self.coherent = self.spmd and self.size > 1     # other processes cache and write too
+        self.exclusive = not self.coherent              # the only writer: may rewrite ranges
+        self.slab_size = check_slab_size(slab_size if slab_size is not None else DEFAULT_SLAB)
+        S = self.slab_size
+        if memory is None:
+            memory = physical_memory() // max(1, world.local_size)
+        memory = int(memory)
+        if memory < S:
+            raise ValueError(f"memory per member ({memory} B) is less than one slab ({S} B)")
+        self.placement = _placement.check(placement, self.size)
+        self.materialize_limit = int(materialize_limit or DEFAULT_MATERIALIZE)
+        self.advanced_limit = int(advanced_limit if advanced_limit is not None
+                                  else DEFAULT_ADVANCED)
+        self.timeout = world.timeout
+        self._procs = list(procs)
+        self._owns_world = owns_world
+        self.closed = False
+        # -- collective setup: the same calls in the same order on every process ----------
+        cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role})
+        if len({c["slab"] for c in cfg}) != 1:
+            raise ValueError(f"members disagree on slab_size: {[c['slab'] for c in cfg]}")
+        self.capacity = [c["memory"] for c in cfg]       # bytes per heap, per member
+        self.nslabs = [c // S for c in self.capacity]
+        cap = self.capacity[self.me]
+        self.win_rw = world.expose(cap, "rw")
+        self.win_ro = world.expose(cap, "r")
+        self.win_ro_init = None
+        if not self.spmd and self.size > 1:
+            self.win_ro_init = world.expose(self.win_ro.buffer, "rw")
+        self.win_ver = world.expose(8 * self.nslabs[self.me], "rw") if self.coherent else None
+        self.win_ctl = world.expose(64, "rw") if (not self.spmd and self.size > 1) else None
+        self._private = None
+        self.local = {"rw": self.win_rw.buffer, "ro": self.win_ro.buffer, "pv": None}
+        self.read_win = {"rw": self.win_rw, "ro": self.win_ro}
+        self.write_win = {"rw": self.win_rw, "ro": self.win_ro_init}
+        # -- allocation state (every process but a plain script's members) ---------------------
+        self._lock = threading.RLock()
+        self._alloc = {"rw": [SlabAllocator(n) for n in self.nslabs],
+                       "ro": [SlabAllocator(n) for n in self.nslabs]}
+        self._alloc_pv = SlabAllocator(self.nslabs[self.me])
+        self._used = [0] * self.size                      # slabs used in rw + ro, per member
+        self._next_id = 0                                  # shared allocations: 1, 2, ...
+        self._next_pv = 0                                  # private ones: -1, -2, ...
+        self._live = 0
+        self._pending = []                                 # queued frees (shared heaps)
+        self._pending_pv = []                              # queued frees (private heap)
+        self._exports = {}                 # local rw slot -> WeakSet of writable exported views
+        if cache_bytes is None:
+            cache_bytes = physical_memory() // 8
+        self.cache = SlabCache(S, int(cache_bytes))
+        self.cache.timeout = self.timeout
+        self.max_prefetch = 16
+        world.barrier()
+
+    # -- state --------------------------------------------------------------------------------
+    def check_open(self):
+        """PoolClosed if the pool was finalized."""
+        if self.closed:
+            raise PoolClosed("the pool is finalized; call pooltensor.init() again")
+
+    @property
+    def members(self):
+        """Number of members (processes contributing memory)."""
+        return self.size
+
+    def private_heap(self):
+        """This member's private heap (made on first use, never exposed)."""
+        if self._private is None:
+            mm = mmap.mmap(-1, self.capacity[self.me])
+            self._private = np.frombuffer(mm, np.uint8)
+            self.local["pv"] = self._private
+        return self._private
+
+    # -- allocation ------------------------------------------------------------------------
+    def allocate(self, nbytes, access="readwrite", placement=None):
+        """Slabs for an array of `nbytes`: (Allocation, fresh) where fresh[k] says slab k was
+        never used before (so it still holds zeros). Collective in SPMD unless private."""
+        self.check_open()
+        if access not in ACCESS:
+            raise ValueError(f"access must be one of {tuple(ACCESS)}, not {access!r}")
+        heap = ACCESS[access]
+        S = self.slab_size
+        n = -(-int(nbytes) // S)
+        with self._lock:
+            if heap == "pv":
+                self._apply(self._pending_pv)
+                self._pending_pv = []
+                a = self._alloc_pv
+                hwm = a.hwm
+                runs = a.alloc(n)
+                if runs is None:
+                    raise PoolOutOfMemory(
+                        f"private heap of member {self.me} cannot hold {nbytes} bytes",
+                        free={self.me: a.nfree * S}, needed=int(nbytes))
+                slots = [s for st, ln in runs for s in range(st, st + ln)]
+                members = [self.me] * n
+                fresh = [s >= hwm for s in slots]
+                self.private_heap()
+            else:
+                self.collect_frees()
+                policy = self.placement if placement is None else _placement.check(
+                    placement, self.size)
+                if policy == "local" and self.coherent:
+                    raise ValueError(
+                        "placement='local' means the calling member, but in SPMD every rank "
+                        "calls (creation is collective): use 'block' (a contiguous part on "
+                        "each rank), a member list, or access='private' for this rank alone")
+                free = [self.nslabs[m] - self._used[m] for m in range(self.size)]
+                homes = _placement.plan(policy, n, free, self.me)
+                allowed = policy if isinstance(policy, tuple) else range(self.size)
+                homes = _placement.spill(homes, free, allowed)
+                if homes is None:
+                    raise PoolOutOfMemory(
+                        f"cannot place {nbytes} bytes ({n} slabs of {S} B) with placement "
+                        f"{policy!r}", free={m: free[m] * S for m in range(self.size)},
+                        needed=int(nbytes))
+                members, slots, fresh = homes, [0] * n, [False] * n
+                idx = {}
+                for k, m in enumerate(homes):
+                    idx.setdefault(m, []).append(k)
+                for m in sorted(idx):
+                    a = self._alloc[heap][m]
+                    hwm = a.hwm
+                    runs = a.alloc(len(idx[m]))
+                    got = [s for st, ln in runs for s in range(st, st + ln)]
+                    for k, s in zip(idx[m], got):
+                        slots[k] = s
+                        fresh[k] = s >= hwm
+                    self._used[m] += len(got)
+            if heap == "pv":         # private ids are this rank's own: shared ids stay in step
+                self._next_pv -= 1
+                aid = self._next_pv
+            else:
+                self._next_id += 1
+                aid = self._next_id
+            alloc = Allocation(self, aid, int(nbytes), heap, members, slots)
+            self._live += 1
+            f = weakref.finalize(alloc, self._queue_free, alloc.id, heap, members, slots)
+            f.atexit = False
+        return alloc, fresh
+
+    def _queue_free(self, aid, heap, members, slots):
+        (self._pending_pv if heap == "pv" else self._pending).append((aid, heap, members, slots))
+
+    def _apply(self, frees):
+        for aid, heap, members, slots in frees:
+            per = {}
+            for m, s in zip(members, slots):
+                per.setdefault(m, []).append(s)
+            for m, ss in per.items():
+                ss.sort()
+                runs, st, ln = [], ss[0], 1
+                for s in ss[1:]:
+                    if s == st + ln:
+                        ln += 1
+                    else:
+                        runs.append((st, ln))
+                        st, ln = s, 1
+                runs.append((st, ln))
+                if heap == "pv":
+                    self._alloc_pv.free(runs)
+                else:
+                    self._alloc[heap][m].free(runs)
+                    self._used[m] -= len(ss)
+                    if m != self.me:
+                        self.cache.discard_keys([(heap, m, s) for s in ss])
+            self._live -= 1
+
+    def collect_frees(self):
+        """Give back the slabs of dropped arrays (collective in SPMD; see module docstring)."""
+        with self._lock:
+            if self._pending_pv:
+                self._apply(self._pending_pv)
+                self._pending_pv = []
+            if not self.coherent:
+                pend, self._pending = self._pending, []
+                self._apply(pend)
+                return
+            mx = collectives.allreduce(np.array([len(self._pending)], np.int64), "max",
+                                       world=self.world)
+            if int(mx[0]) == 0:
+                return
+            lists = self.world.allgather_object([p[0] for p in self._pending])
+            common = set(lists[0]).intersection(*map(set, lists[1:]))
+            now = [p for p in self._pending if p[0] in common]
+            self._pending = [p for p in self._pending if p[0] not in common]
+            self._apply(now)
+
+    # -- versions (SPMD coherence) -------------------------------------------------------------
+    def version(self, m, slot):
+        """The home's version of rw slab (m, slot): an atomic read (compare_swap 0 -> 0)."""
+        return self.win_ver.compare_swap(m, slot * 8, 0, 0)
+
+    def bump(self, m, slot):
+        """Count one more write into rw slab (m, slot); keeps our cached copy current when
+        nobody else wrote since we fetched it."""
+        old = self.win_ver.fetch_add(m, slot * 8, 1)
+        if m != self.me:
+            e = self.cache.entries.get(("rw", m, slot))
+            if e is not None:
+                if e.version == old:
+                    e.version = old + 1
+                else:
+                    self.cache.discard(e)
+
+    def note_export(self, slot, owner):
+        """A writeable view of local rw slab `slot` was handed out (see sync())."""
+        if self.coherent:
+            ws = self._exports.get(slot)
+            if ws is None:
+                ws = self._exports[slot] = weakref.WeakSet()
+            ws.add(owner)
+
+    def revalidate(self):
+        """Drop cached rw slabs whose home version moved (one get per member)."""
+        by = {}
+        for (heap, m, slot), e in list(self.cache.entries.items()):
+            if heap == "rw":
+                by.setdefault(m, []).append((slot, e))
+        for m, items in by.items():
+            lo = min(s for s, _ in items)
+            hi = max(s for s, _ in items) + 1
+            vers = np.empty(hi - lo, np.int64)
+            self.win_ver.get(m, lo * 8, vers)
+            for slot, e in items:
+                if int(vers[slot - lo]) != e.version:
+                    self.cache.discard(e)
+
+    # -- sync -------------------------------------------------------------------------------
+    def sync(self):
+        """Flush, barrier and revalidate: afterwards every rank sees every write made before."""
+        self.check_open()
+        for w in (self.win_rw, self.win_ro, self.win_ro_init, self.win_ver):
+            if w is not None:
+                w.flush()
+        if not self.coherent:
+            self.collect_frees()
+            return
+        for slot, ws in list(self._exports.items()):   # writes through exported views
+            self.win_ver.fetch_add(self.me, slot * 8, 1)
+            if not ws:
+                del self._exports[slot]     # no view left: nothing more can change unseen
+        self.world.barrier()
+        self.revalidate()
+        self.collect_frees()
+
+    # -- reporting -----------------------------------------------------------------------------
+    def free_bytes(self):
+        """Free bytes per member (readwrite + readonly heaps share each member's budget)."""
+        with self._lock:
+            if not self.coherent:
+                self.collect_frees()
+            return [(self.nslabs[m] - self._used[m]) * self.slab_size for m in range(self.size)]
+
+    def stats(self):
+        """Usage per member, fragmentation, and the cache counters, as a dict."""
+        with self._lock:
+            if not self.coherent:
+                self.collect_frees()
+            S = self.slab_size
+            members = []
+            for m in range(self.size):
+                rw, ro = self._alloc["rw"][m], self._alloc["ro"][m]
+                used_rw = (rw.nslabs - rw.nfree) * S
+                used_ro = (ro.nslabs - ro.nfree) * S
+                members.append({
+                    "member": m, "host": self.world.hosts[m], "capacity": self.capacity[m],
+                    "used": used_rw + used_ro, "readwrite": used_rw, "readonly": used_ro,
+                    "free": (self.nslabs[m] - self._used[m]) * S,
+                    "largest_free_run": {"readwrite": min(rw.largest,
+                                                          self.nslabs[m] - self._used[m]) * S,
+                                         "readonly": min(ro.largest,
+                                                         self.nslabs[m] - self._used[m]) * S},
+                    "fragmentation": {"readwrite": round(rw.fragmentation(), 4),
+                                      "readonly": round(ro.fragmentation(), 4)}})
+            pv = self._alloc_pv
+            return {"members": members, "slab_size": S, "role": self.role,
+                    "arrays": self._live, "pending_frees": len(self._pending),
+                    "private": {"member": self.me, "used": (pv.nslabs - pv.nfree) * S,
+                                "free": pv.nfree * S,
+                                "fragmentation": round(pv.fragmentation(), 4)},
+                    "cache": self.cache.stats()}
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{self.size} member(s)"
+        return (f"<pooltensor.Pool {state}, member {self.me}, slab {self.slab_size} B, "
+                f"{self.role}>")
+
+    # -- shutdown ------------------------------------------------------------------------------
+    def close(self):
+        """Release everything this process holds (collective in SPMD)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.cache.gen += 1              # memos of x[i] fast paths stop matching
+        try:
+            self.cache.clear(release=True)
+        except Exception:
+            pass
+        world = self.world
+        if collectives.world.current() is not world:
+            return                       # the world was closed already (or replaced)
+        if self._procs:                  # a plain script with member processes
+            for m in range(1, self.size):
+                try:
+                    self.win_ctl.notify(m, 0, 1)
+                except Exception:
+                    pass
+            from . import member
+            member.stop(self._procs, world)
+            return
+        if getattr(sys, "last_value", None) is not None and self.spmd and self.size > 1:
+            return     # exiting on an uncaught error: the other ranks may not be closing
+        for w in (self.win_ctl, self.win_ver, self.win_ro_init, self.win_ro, self.win_rw):
+            if w is not None:
+                try:
+                    w.close()
+                except Exception:
+                    pass

@@ -1,0 +1,291 @@
+"""Moving elements between pool slabs and numpy arrays, one slab piece at a time.
+
+A view is cut into slab pieces (indexing.decompose); each piece is one numpy copy between a
+slab's bytes and the matching block of the numpy array, so Python runs per slab, never per
+element or byte. A slab's bytes are: a view of this member's own heap (no copy), or the
+frame of a cached copy of a remote slab (faulted in with one Window.get when missing).
+
+Writes are write-through: a remote slab is written at its home with Window.put, and a cached
+copy, if any, is updated the same way. Writes are element-precise in SPMD: other ranks may be
+writing the neighbouring elements of the same slab, so only the bytes of the selected
+elements are put (one put per contiguous run). A plain script is the pool's only writer, so
+there a strided write into a remote slab may update the cached copy and put the whole
+touched range in one call (read-modify-write is safe when nobody else writes).
+"""
+import numpy as np
+
+from . import prefetch
+from .indexing import SLAB, counterpart, decompose, extent, normalize
+
+
+def slab_read(pool, alloc, k):
+    """The bytes of slab k of `alloc` (a uint8 array of slab_size): local or cached."""
+    m = alloc.members[k]
+    slot = alloc.slots[k]
+    S = pool.slab_size
+    if m == pool.me:
+        return pool.local[alloc.heap][slot * S:(slot + 1) * S]
+    prefetch.observe(pool, alloc, k)
+    cache = pool.cache
+    key = (alloc.heap, m, slot)
+    e = cache.entries.get(key)
+    if e is not None:
+        cache.entries.move_to_end(key)
+        cache.hits += 1
+        if e.prefetched:
+            cache.prefetch_used += 1
+            e.prefetched = False
+        return cache.ready(e)
+    cache.misses += 1
+    return fetch(pool, alloc.heap, m, slot, alloc.slab_len(k)).frame
+
+
+def slab_entry(pool, alloc, k):
+    """Like slab_read for a remote slab, but returns the cache entry (to pin its frame)."""
+    m, slot = alloc.members[k], alloc.slots[k]
+    prefetch.observe(pool, alloc, k)
+    cache = pool.cache
+    key = (alloc.heap, m, slot)
+    e = cache.entries.get(key)
+    if e is not None:
+        cache.entries.move_to_end(key)
+        cache.hits += 1
+        if e.prefetched:
+            cache.prefetch_used += 1
+            e.prefetched = False
+        cache.ready(e)
+        return e
+    cache.misses += 1
+    return fetch(pool, alloc.heap, m, slot, alloc.slab_len(k))
+
+
+def fetch(pool, heap, m, slot, nbytes, asynchronous=False):
+    """Copy remote slab (heap, m, slot) into a new cache entry (started only, if asynchronous).
+
+    For a read-write slab the home's version is read first, then the bytes: a write that
+    lands in between makes the copy look older than it is, never newer."""
+    cache = pool.cache
+    frame = cache.frame()
+    version = pool.version(m, slot) if (pool.coherent and heap == "rw") else 0
+    win = pool.read_win[heap]
+    off = slot * pool.slab_size
+    try:
+        if asynchronous:
+            req = win.get_async(m, off, frame[:nbytes])
+        else:
+            win.get(m, off, frame[:nbytes])
+            req = None
+    except BaseException:
+        cache._free.append(frame)
+        raise
+    cache.bytes_fetched += nbytes
+    return cache.insert((heap, m, slot), frame, version, req, asynchronous)
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+def read(pool, alloc, off, shape, strides, dtype, out):
+    """Copy the elements of the view (off, shape, strides) into numpy `out` (same shape)."""
+    if out.size == 0:
+        return out
+    S = pool.slab_size
+    it = dtype.itemsize
+    noff, nshape, nstrides, order, flips = normalize(off, shape, strides)
+    cn = counterpart(out, shape, order, flips)
+    lo, hi = extent(off, shape, strides, it)
+    big = hi - lo > pool.cache.capacity // 2     # would flush the cache: bypass it
+    for p in decompose(noff, nshape, nstrides, it, S):
+        if p[0] == SLAB:
+            _, k, o, sh, st, sel = p
+            buf = slab_read(pool, alloc, k)
+            src = np.ndarray(sh, dtype, buffer=buf, offset=o, strides=st)
+            if sel:
+                cn[sel] = src
+            else:
+                cn[...] = src
+        else:
+            _read_range(pool, alloc, p[1], p[2], cn[p[3]] if p[3] else cn, dtype, big)
+    return out
+
+
+def _read_range(pool, alloc, lo, hi, blk, dtype, big):
+    """Contiguous bytes [lo, hi) of the allocation into numpy block `blk` (C order)."""
+    S = pool.slab_size
+    it = dtype.itemsize
+    flat = blk.reshape(-1).view(np.uint8) if blk.flags.c_contiguous else None
+    for k in range(lo // S, (hi - 1) // S + 1):
+        a, b = max(lo, k * S), min(hi, (k + 1) * S)
+        m = alloc.members[k]
+        if (big and flat is not None and m != pool.me and b - a == S and
+                (alloc.heap, m, alloc.slots[k]) not in pool.cache.entries):
+            # a read bigger than the cache: full slabs go straight into the destination
+            pool.read_win[alloc.heap].get(m, alloc.slots[k] * S, flat[a - lo:b - lo])
+            pool.cache.misses += 1
+            pool.cache.bytes_fetched += S
+            prefetch.observe(pool, alloc, k)
+            continue
+        buf = slab_read(pool, alloc, k)
+        if flat is not None:
+            flat[a - lo:b - lo] = buf[a - k * S:b - k * S]
+        else:
+            blk.flat[(a - lo) // it:(b - lo) // it] = buf[a - k * S:b - k * S].view(dtype)
+
+
+def gather(pool, alloc, offsets, dtype, out):
+    """out.flat[i] = element at byte offsets.flat[i] (advanced indexing reads)."""
+    flat_off = offsets.reshape(-1)
+    res = out.reshape(-1)
+    S = pool.slab_size
+    from .indexing import group_by_slab
+    for k, pos, within in group_by_slab(flat_off, S):
+        typed = slab_read(pool, alloc, k).view(dtype)
+        res[pos] = typed[within // dtype.itemsize]
+    return out
+
+
+# -- writes --------------------------------------------------------------------------------
+
+def write(pool, alloc, off, shape, strides, dtype, val, local_only=False):
+    """Write numpy `val` (the view's shape and dtype) into the view (off, shape, strides).
+
+    local_only: write just the slabs this member homes (SPMD creation: each rank fills its
+    own). Read-only heaps are written only here, during creation."""
+    if val.size == 0:
+        return
+    S = pool.slab_size
+    it = dtype.itemsize
+    heap = alloc.heap
+    noff, nshape, nstrides, order, flips = normalize(off, shape, strides)
+    cn = counterpart(val, shape, order, flips)
+    touched = set()
+    for p in decompose(noff, nshape, nstrides, it, S):
+        if p[0] == SLAB:
+            _, k, o, sh, st, sel = p
+            m = alloc.members[k]
+            if local_only and m != pool.me:
+                continue
+            v = cn[sel] if sel else cn
+            _write_piece(pool, alloc, k, o, sh, st, dtype, v)
+            touched.add(k)
+        else:
+            _, lo, hi, sel = p
+            blk = cn[sel] if sel else cn
+            data = np.ascontiguousarray(blk).reshape(-1).view(np.uint8)
+            for k in range(lo // S, (hi - 1) // S + 1):
+                m = alloc.members[k]
+                if local_only and m != pool.me:
+                    continue
+                a, b = max(lo, k * S), min(hi, (k + 1) * S)
+                put_bytes(pool, alloc, k, a - k * S, data[a - lo:b - lo])
+                touched.add(k)
+    bump(pool, alloc, touched)
+
+
+def bump(pool, alloc, ks):
+    """After writing slabs `ks` of a read-write array: bump their versions (SPMD only)."""
+    if pool.coherent and alloc.heap == "rw":
+        for k in sorted(ks):
+            pool.bump(alloc.members[k], alloc.slots[k])
+
+
+def put_bytes(pool, alloc, k, o, data):
+    """Contiguous bytes into slab k at offset o: local copy, or put + cached copy updated."""
+    m, slot = alloc.members[k], alloc.slots[k]
+    S = pool.slab_size
+    heap = alloc.heap
+    if m == pool.me:
+        pool.local[heap][slot * S + o:slot * S + o + len(data)] = data
+        return
+    pool.write_win[heap].put(m, slot * S + o, data)
+    e = pool.cache.entries.get((heap, m, slot))
+    if e is not None:
+        pool.cache.ready(e)[o:o + len(data)] = data
+
+
+def _write_piece(pool, alloc, k, o, sh, st, dtype, v):
+    """A strided block inside one slab."""
+    m, slot = alloc.members[k], alloc.slots[k]
+    S = pool.slab_size
+    heap = alloc.heap
+    it = dtype.itemsize
+    if m == pool.me:
+        np.ndarray(sh, dtype, buffer=pool.local[heap], offset=slot * S + o, strides=st)[...] = v
+        return
+    lo, hi = extent(o, sh, st, it)
+    cache = pool.cache
+    e = cache.entries.get((heap, m, slot))
+    if _is_contig(sh, st, it):
+        put_bytes(pool, alloc, k, o, np.ascontiguousarray(v, dtype).reshape(-1).view(np.uint8))
+        return
+    if pool.exclusive:
+        # the only writer: update the cached copy, then put the touched range in one call
+        if e is None:
+            cache.misses += 1
+            e = fetch(pool, heap, m, slot, alloc.slab_len(k))
+        frame = cache.ready(e)
+        np.ndarray(sh, dtype, buffer=frame, offset=o, strides=st)[...] = v
+        pool.write_win[heap].put(m, slot * S + lo, frame[lo:hi])
+        return
+    if e is not None:
+        np.ndarray(sh, dtype, buffer=cache.ready(e), offset=o, strides=st)[...] = v
+    _put_runs(pool.write_win[heap], m, slot * S + o, sh, st, it, v)
+
+
+def _is_contig(sh, st, it):
+    expect = it
+    for n, s in zip(reversed(sh), reversed(st)):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _put_runs(win, m, base, sh, st, it, v):
+    """Element-precise: one put per contiguous run of the block (never a wider range)."""
+    r, d = it, len(sh)
+    while d > 0 and (st[d - 1] == r or sh[d - 1] == 1):
+        r *= sh[d - 1]
+        d -= 1
+    offs = np.zeros((), np.int64)
+    for n, s in zip(sh[:d], st[:d]):
+        offs = offs[..., None] + np.arange(n, dtype=np.int64) * s
+    data = np.ascontiguousarray(v).reshape(-1).view(np.uint8)
+    for j, o in enumerate(offs.reshape(-1).tolist()):
+        win.put(m, base + o, data[j * r:(j + 1) * r])
+
+
+def scatter(pool, alloc, offsets, dtype, vals):
+    """Element at byte offsets.flat[i] = vals.flat[i] (advanced indexing writes)."""
+    from .indexing import group_by_slab
+    S = pool.slab_size
+    it = dtype.itemsize
+    heap = alloc.heap
+    flat_off = offsets.reshape(-1)
+    flat_val = vals.reshape(-1)
+    touched = set()
+    cache = pool.cache
+    for k, pos, within in group_by_slab(flat_off, S):
+        m, slot = alloc.members[k], alloc.slots[k]
+        v = flat_val[pos]
+        idx = within // it
+        touched.add(k)
+        if m == pool.me:
+            np.ndarray(S // it, dtype, buffer=pool.local[heap], offset=slot * S)[idx] = v
+            continue
+        e = cache.entries.get((heap, m, slot))
+        if pool.exclusive:
+            if e is None:
+                cache.misses += 1
+                e = fetch(pool, heap, m, slot, alloc.slab_len(k))
+            frame = cache.ready(e)
+            frame.view(dtype)[idx] = v
+            lo, hi = int(within.min()), int(within.max()) + it
+            pool.write_win[heap].put(m, slot * S + lo, frame[lo:hi])
+            continue
+        if e is not None:
+            cache.ready(e).view(dtype)[idx] = v
+        win = pool.write_win[heap]
+        vb = np.ascontiguousarray(v).view(np.uint8)
+        for j, o in enumerate(within.tolist()):
+            win.put(m, slot * S + o, vb[j * it:(j + 1) * it])
+    bump(pool, alloc, touched)

@@ -1,0 +1,123 @@
+"""The pool's pure parts, without processes: slab allocator, placement policies, index
+arithmetic (the slab pieces of a view cover exactly its bytes)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pooltensor import indexing, placement
+from pooltensor.alloc import SlabAllocator
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 64), ops=st.lists(st.tuples(st.booleans(), st.integers(1, 20)),
+                                          max_size=60))
+def test_allocator_against_a_model(n, ops):
+    a = SlabAllocator(n)
+    owned = []
+    used = set()
+    for do_alloc, k in ops:
+        if do_alloc:
+            runs = a.alloc(k)
+            if k > n - len(used):
+                assert runs is None
+                continue
+            slabs = {s for st_, ln in runs for s in range(st_, st_ + ln)}
+            assert len(slabs) == k and not slabs & used and all(0 <= s < n for s in slabs)
+            if max(ln for _, ln in a.free_runs() + [(0, 0)]) >= k or runs and len(runs) == 1:
+                pass
+            used |= slabs
+            owned.append(runs)
+        elif owned:
+            runs = owned.pop(k % len(owned))
+            a.free(runs)
+            used -= {s for st_, ln in runs for s in range(st_, st_ + ln)}
+        assert a.nfree == n - len(used)
+        free = {s for st_, ln in a.free_runs() for s in range(st_, st_ + ln)}
+        assert free == set(range(n)) - used
+        runs = a.free_runs()
+        assert all(runs[i][0] + runs[i][1] < runs[i + 1][0] for i in range(len(runs) - 1)), \
+            "free runs must be coalesced"
+    for runs in owned:
+        a.free(runs)
+    assert a.free_runs() == [(0, n)] and a.fragmentation() == 0.0
+
+
+def test_allocator_best_fit_double_free_and_hwm():
+    a = SlabAllocator(10)
+    r1, r2, r3 = a.alloc(3), a.alloc(2), a.alloc(3)
+    assert (r1, r2, r3) == ([(0, 3)], [(3, 2)], [(5, 3)]) and a.hwm == 8
+    a.free(r2)
+    assert a.alloc(2) == [(3, 2)]          # best fit: the hole, not the tail
+    a.free(r1)
+    a.free(r3)
+    assert a.fragmentation() > 0
+    with pytest.raises(ValueError, match="already free"):
+        a.free(r1)
+    assert a.alloc(7) == [(0, 2), (5, 5)]  # no run long enough: largest runs first
+    assert a.alloc(1) == [(2, 1)] and a.alloc(1) is None
+
+
+def test_placement_policies():
+    free = [10, 10, 10]
+    assert placement.plan("block", 7, free, 0) == [0, 0, 0, 1, 1, 2, 2]
+    assert placement.plan("interleave", 5, free, 0) == [0, 1, 2, 0, 1]
+    assert placement.plan("local", 3, free, 2) == [2, 2, 2]
+    assert placement.plan((2, 0), 5, free, 1) == [2, 2, 2, 0, 0]
+    assert placement.plan("balanced", 7, [1, 9, 4], 0) == [1, 1, 1, 1, 1, 1, 2]
+    assert placement.water_fill(9, [1, 9, 4]) == [0, 7, 2]
+    assert placement.spill([0, 0, 0, 1], [2, 5, 5], range(3)) == [0, 0, 2, 1]  # most room
+    assert placement.spill([0, 0, 0], [1, 1, 0], (0, 1)) is None
+    for bad, err in [("nope", ValueError), ([3], ValueError), ([], ValueError),
+                     ([1, 1], ValueError), (5, TypeError)]:
+        with pytest.raises(err):
+            placement.check(bad, 3)
+
+
+@st.composite
+def views(draw):
+    itemsize = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    slab = 64 * draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=0, max_size=4)))
+    base = np.empty(shape, dtype=f"V{itemsize}") if shape else np.empty((), f"V{itemsize}")
+    idx = tuple(draw(st.sampled_from([slice(None), slice(None, None, -1), slice(1, None, 2),
+                                      slice(None, None, 3)])) for _ in shape)
+    perm = draw(st.permutations(range(len(shape))))
+    return base, idx, perm, itemsize, slab
+
+
+@settings(max_examples=300, deadline=None)
+@given(v=views())
+def test_decompose_covers_exactly_the_view(v):
+    base, idx, perm, itemsize, slab = v
+    view = base[idx].transpose(perm) if base.ndim else base
+    if view.size == 0:
+        return
+    b0 = base.__array_interface__["data"][0]
+    off = view.__array_interface__["data"][0] - b0
+    # every element's byte offset, straight from numpy
+    want = np.zeros(view.shape, np.int64) + off
+    for d, (n, s) in enumerate(zip(view.shape, view.strides)):
+        want = want + (np.arange(n) * s).reshape([-1 if i == d else 1 for i in range(view.ndim)])
+    noff, nshape, nstrides, order, flips = indexing.normalize(off, view.shape, view.strides)
+    target = np.full(view.shape, -1, np.int64)
+    cn = indexing.counterpart(target, view.shape, order, flips)
+    for p in indexing.decompose(noff, nshape, nstrides, itemsize, slab):
+        if p[0] == indexing.SLAB:
+            _, k, o, sh, st_, sel = p
+            got = np.zeros(sh, np.int64) + k * slab + o
+            for d, (n, s) in enumerate(zip(sh, st_)):
+                got = got + (np.arange(n) * s).reshape([-1 if i == d else 1
+                                                        for i in range(len(sh))])
+            assert got.min() // slab == k and got.max() // slab == k
+            blk = cn[sel] if sel else cn
+            assert (blk == -1).all(), "pieces overlap"
+            blk[...] = got
+        else:
+            _, lo, hi, sel = p
+            blk = cn[sel] if sel else cn
+            assert (blk == -1).all()
+            blk[...] = np.arange(lo, hi, itemsize).reshape(blk.shape)
+    np.testing.assert_array_equal(target, want)
