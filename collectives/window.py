@@ -153,6 +153,32 @@ class Window:
         except _native.Error as e:
             raise_native(e, *self._where(rank, offset, 8), what="compare_swap")
 
+    def attach(self, rank, offset, nbytes, writable=False):
+        """rank's bytes [offset, offset+nbytes) as a numpy uint8 array mapped into this process,
+        where the transport can map them (a peer on this machine); None where it cannot.
+        Loads and stores go straight to the peer's memory: no copy, no request."""
+        self._check(rank, offset)
+        try:
+            buf = self._ctx.attach(rank, self._keys[rank], offset, nbytes, writable)
+        except _native.Error as e:
+            if e.args[0] == _native.ERR_UNSUPPORTED:
+                return None
+            raise_native(e, *self._where(rank, offset, nbytes), what="attach")
+        import numpy as np
+        return np.frombuffer(buf, np.uint8)
+
+    def put_indexed(self, rank, offsets, itemsize, data):
+        """Write item i of `data` (itemsize bytes each) at byte offsets[i] of rank's memory:
+        an element-precise scatter in one call."""
+        import numpy as np
+        self._check(rank, 0)
+        offs = np.ascontiguousarray(offsets, np.uint64)
+        try:
+            self._ctx.put_indexed(rank, self._keys[rank], offs, itemsize, data)
+        except _native.Error as e:
+            lo = int(offs.min()) if offs.size else 0
+            raise_native(e, *self._where(rank, lo, offs.size * itemsize), what="put_indexed")
+
     def notify(self, rank, offset, value=1):
         """Atomically add `value` to the int64 at `offset` of rank's memory and wake its waiters:
         the signal half of put-with-notification, for algorithms built on windows."""

@@ -213,7 +213,43 @@ static PyTypeObject RequestType = {
 typedef struct {
     PyObject_HEAD
     pt_ctx_t *ctx;
+    pt_ctx_t *zombie;       /* closed while attachments lived: destroyed with the object */
+    Py_ssize_t attachments;
 } ContextObject;
+
+/* A buffer over memory mapped from a peer: keeps its Context (and so the mapping) alive. */
+typedef struct {
+    PyObject_HEAD
+    ContextObject *ctx;
+    void *ptr;
+    Py_ssize_t len;
+    int readonly;
+} AttachmentObject;
+
+static void Attachment_dealloc(AttachmentObject *self)
+{
+    if (self->ctx) {
+        self->ctx->attachments--;
+        Py_DECREF(self->ctx);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Attachment_getbuffer(AttachmentObject *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->ptr, self->len, self->readonly, flags);
+}
+
+static PyBufferProcs Attachment_as_buffer = {(getbufferproc)Attachment_getbuffer, NULL};
+
+static PyTypeObject AttachmentType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "collectives._native.Attachment",
+    .tp_basicsize = sizeof(AttachmentObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of a peer mapped into this process (from Context.attach).",
+    .tp_dealloc = (destructor)Attachment_dealloc,
+    .tp_as_buffer = &Attachment_as_buffer,
+};
 
 static int Context_init(ContextObject *self, PyObject *args, PyObject *kw)
 {
@@ -238,9 +274,10 @@ static int Context_init(ContextObject *self, PyObject *args, PyObject *kw)
 
 static void Context_dealloc(ContextObject *self)
 {
-    if (self->ctx) {
+    pt_ctx_t *c = self->ctx ? self->ctx : self->zombie;
+    if (c) {
         Py_BEGIN_ALLOW_THREADS
-        pt_ctx_destroy(self->ctx);
+        pt_ctx_destroy(c);
         Py_END_ALLOW_THREADS
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -256,7 +293,11 @@ static void Context_dealloc(ContextObject *self)
 
 static PyObject *Context_close(ContextObject *self, PyObject *unused)
 {
-    if (self->ctx) {
+    if (self->ctx && self->attachments > 0) {
+        /* peers' memory is still mapped under live buffers: unmap when the last one goes */
+        self->zombie = self->ctx;
+        self->ctx = NULL;
+    } else if (self->ctx) {
         pt_ctx_t *c = self->ctx;
         self->ctx = NULL;
         Py_BEGIN_ALLOW_THREADS
@@ -515,6 +556,62 @@ static PyObject *Context_compare_swap(ContextObject *self, PyObject *args)
     return PyLong_FromLongLong(old);
 }
 
+static PyObject *Context_attach(ContextObject *self, PyObject *args)
+{
+    int rank, write;
+    unsigned long long key, off;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "iKKnp", &rank, &key, &off, &len, &write))
+        return NULL;
+    CTX(self);
+    if (len < 0)
+        return raise_status(PT_ERR_INVALID);
+    void *p;
+    pt_status_t st = pt_attach(self->ctx, rank, key, off, (size_t)len, write, &p);
+    if (st != PT_OK)
+        return raise_status(st);
+    AttachmentObject *a = PyObject_New(AttachmentObject, &AttachmentType);
+    if (!a)
+        return NULL;
+    Py_INCREF(self);
+    a->ctx = self;
+    a->ptr = p;
+    a->len = len;
+    a->readonly = !write;
+    self->attachments++;
+    return (PyObject *)a;
+}
+
+static PyObject *Context_put_indexed(ContextObject *self, PyObject *args)
+{
+    int rank;
+    unsigned long long key;
+    Py_ssize_t itemsize;
+    Py_buffer offs, src;
+    if (!PyArg_ParseTuple(args, "iKy*ny*", &rank, &key, &offs, &itemsize, &src))
+        return NULL;
+    pt_status_t st = PT_ERR_CLOSED;
+    size_t n = (size_t)offs.len / 8;
+    if (itemsize <= 0 || offs.len % 8 || (size_t)src.len < n * (size_t)itemsize) {
+        PyBuffer_Release(&offs);
+        PyBuffer_Release(&src);
+        PyErr_SetString(PyExc_ValueError, "put_indexed: offsets must be uint64 and data hold "
+                                          "one item per offset");
+        return NULL;
+    }
+    if (self->ctx) {
+        pt_ctx_t *c = self->ctx;
+        Py_BEGIN_ALLOW_THREADS
+        st = pt_put_indexed(c, rank, key, offs.buf, n, (size_t)itemsize, src.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&src);
+    if (st != PT_OK)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Context_notify(ContextObject *self, PyObject *args)
 {
     int rank;
@@ -558,6 +655,10 @@ static PyObject *Context_wait_local(ContextObject *self, PyObject *args)
 }
 
 static PyMethodDef Context_methods[] = {
+    {"attach", (PyCFunction)Context_attach, METH_VARARGS,
+     "attach(rank, key, offset, nbytes, writable) -> buffer mapped from a same-host peer."},
+    {"put_indexed", (PyCFunction)Context_put_indexed, METH_VARARGS,
+     "put_indexed(rank, key, offsets_u64, itemsize, data): element-precise scatter."},
     {"notify", (PyCFunction)Context_notify, METH_VARARGS,
      "notify(rank, key, offset, value): atomic add to an int64 and wake its waiters."},
     {"wait_local", (PyCFunction)Context_wait_local, METH_VARARGS,
@@ -879,7 +980,8 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&RequestType) < 0 ||
-        PyType_Ready(&ContextType) < 0 || PyType_Ready(&TeamType) < 0)
+        PyType_Ready(&ContextType) < 0 || PyType_Ready(&TeamType) < 0 ||
+        PyType_Ready(&AttachmentType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)

@@ -95,6 +95,16 @@ pt_status_t pt_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, in
 pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t expected,
                             int64_t desired, int64_t *old_out);
 
+/* Direct access to [off, off+len) of rank's registration where the transport can map it
+ * (shared memory, segment-backed registrations): *ptr stays valid until pt_ctx_destroy.
+ * Checked like a get (or a put, when write). PT_ERR_UNSUPPORTED where it cannot be mapped. */
+pt_status_t pt_attach(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len, int write,
+                      void **ptr);
+/* n items of itemsize bytes from src to the byte offsets offs[i] of rank's registration: an
+ * element-precise scatter in one call (bounds and mode checked for the whole set first). */
+pt_status_t pt_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs, size_t n,
+                           size_t itemsize, const void *src);
+
 /* Asynchronous get/put: completed by the context's progress threads, never the caller. */
 pt_status_t pt_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len,
                          pt_req_t **out);

@@ -300,3 +300,55 @@ pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, siz
         return PT_ERR_UNSUPPORTED;
     return st;
 }
+
+pt_status_t pt_attach(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len, int write,
+                      void **ptr)
+{
+    uint8_t *p;
+    pt_target_t t;
+    pt_status_t st = resolve(ctx, rank, key, off, len, write, &p, &t);
+    if (st != PT_OK)
+        return st;
+    if (t.seg < 0 || !p)
+        return PT_ERR_UNSUPPORTED;
+    *ptr = p;
+    return PT_OK;
+}
+
+pt_status_t pt_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs, size_t n,
+                           size_t itemsize, const void *src)
+{
+    if (n == 0)
+        return PT_OK;
+    if (!offs || !src || itemsize == 0)
+        return PT_ERR_INVALID;
+    uint64_t lo = offs[0], hi = offs[0];
+    for (size_t i = 1; i < n; i++) {
+        lo = offs[i] < lo ? offs[i] : lo;
+        hi = offs[i] > hi ? offs[i] : hi;
+    }
+    if (hi > UINT64_MAX - itemsize)
+        return PT_ERR_BOUNDS;
+    uint8_t *base;
+    pt_target_t t;
+    pt_status_t st = resolve(ctx, rank, key, lo, (size_t)(hi - lo + itemsize), 1, &base, &t);
+    if (st != PT_OK)
+        return st;
+    const uint8_t *s = src;
+    if (!base) { /* cross-memory attach: one write per item */
+        for (size_t i = 0; i < n; i++)
+            if ((st = cma(ctx, rank, t.where + (offs[i] - lo), (void *)(uintptr_t)(s + i * itemsize),
+                          itemsize, 1)) != PT_OK)
+                return st;
+        return PT_OK;
+    }
+    base -= lo;
+    switch (itemsize) {
+    case 1: for (size_t i = 0; i < n; i++) base[offs[i]] = s[i]; break;
+    case 2: for (size_t i = 0; i < n; i++) memcpy(base + offs[i], s + 2 * i, 2); break;
+    case 4: for (size_t i = 0; i < n; i++) memcpy(base + offs[i], s + 4 * i, 4); break;
+    case 8: for (size_t i = 0; i < n; i++) memcpy(base + offs[i], s + 8 * i, 8); break;
+    default: for (size_t i = 0; i < n; i++) memcpy(base + offs[i], s + i * itemsize, itemsize);
+    }
+    return PT_OK;
+}
