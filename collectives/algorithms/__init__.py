@@ -19,6 +19,13 @@ RECURSIVE_MAX = 32 * 1024
 ENV_ALGO = os.environ.get("POOLTENSOR_ALGO", "").strip()
 
 
+def digest(name):
+    """A per-algorithm number mixed into a call's digest, so ranks that chose different
+    algorithms are told so instead of waiting for each other. 1 and 2 are one-shot and
+    two-shot, as the native team numbers them."""
+    return {"oneshot": 1, "twoshot": 2}.get(name) or (sum(map(ord, name)) << 8)
+
+
 def register(kind, name):
     """Decorator: make `fn` the algorithm `name` for collectives of `kind`."""
     def deco(fn):
@@ -52,15 +59,23 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
                              f"{algorithm!r} does not have one (use 'auto', 'oneshot' or "
                              f"'twoshot')")
         return algorithm
+    # several topology hosts (a global property: every rank decides alike): within each host
+    # over shared memory, between the host leaders over windows
+    if world.local_size < world.size and not deterministic and (kind, "hierarchical") in _REGISTRY:
+        return "hierarchical"
     if not world._shm_world:
+        # no shared-memory team spans the ranks: the algorithms written over windows, which
+        # run over whatever transport reaches each peer
+        if not deterministic:
+            if kind in ("allreduce", "allgather") and nbytes <= RECURSIVE_MAX \
+                    and (kind, "recursive_doubling") in _REGISTRY:
+                return "recursive_doubling"
+            if (kind, "ring") in _REGISTRY:
+                return "ring"
         raise TransportError("ranks on different machines need the tcp transport, which is "
                              "not built yet", rank=world.rank, host=world.host)
     if kind != "allreduce":
-        if world.local_size < world.size and not deterministic and (kind, "hierarchical") in _REGISTRY:
-            return "hierarchical"
         return "shm"
-    if world.local_size < world.size and not deterministic and ("allreduce", "hierarchical") in _REGISTRY:
-        return "hierarchical"
     return "oneshot" if nbytes <= ONESHOT_MAX else "twoshot"
 
 
@@ -70,3 +85,4 @@ def run(kind, name, world, x, out, **opts):
 
 
 from . import shm  # noqa: E402,F401  (registers the shared-memory algorithms)
+from . import ring, recursive, hierarchical  # noqa: E402,F401  (window-based algorithms)

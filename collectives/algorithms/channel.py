@@ -1,0 +1,408 @@
+"""Point-to-point channels for window-based algorithms (ring, recursive doubling, hierarchical).
+
+Gloo's pairs, written only against Window operations (put, notify, wait_local), so that the same
+code runs over shared memory today and over tcp later.
+
+One Window per world, made collectively on first use and cached as ``world._channels``. Each
+rank's window holds::
+
+    counters   arrived[size]  int64   chunks that rank s has put into my slots for s
+               credit[size]   int64   chunks of mine that rank d has consumed
+               abort[size][KEEP][4]   rank s's last KEEP aborts: group, op seq, reason, ranks
+    slots      for each rank s that may send to me (ring neighbour, recursive-doubling
+               partners, in the world group and the host-leaders group): nslots slots of
+               64-byte header + slot_bytes payload
+
+send(d, chunk): wait until credit[d] > sent[d] - nslots (a free slot), put header and payload
+into slot sent[d] % nslots of my area in d's window, notify d's arrived[me]. recv(s): wait until
+arrived[s] > recvd[s], check the header, read the payload in place, release() notifies
+credit[me] in s's window. The counters only grow, so consecutive collectives continue one
+stream per pair; the header (op sequence number of the group, digest of the call, algorithm and
+group, payload length) gives every operation in flight its own tag and catches calls that do
+not match, naming the other rank.
+
+A rank that fails inside an operation (mismatch, timeout, lost peer) writes its abort record
+(group, op sequence number, reason, the two ranks that disagree) into every member of the group
+and adds POISON to their arrived/credit counters for it: the low 40 bits of a counter count
+chunks, the bits above count poisons, so the counters stay exact and any wait on the failing
+rank wakes. A woken rank whose current operation is the aborted one (or an earlier one than
+the peer's latest aborts: the peer left it) fails too, with the same kind of error, and poisons
+in turn. Chunks of an abandoned operation still waiting in a slot are recognised by their header
+(an earlier sequence number) and released unread, so the next operation starts clean on every
+pair: the channel is never rebuilt. Every operation's result depends on every member (the
+broadcast chain ends with an acknowledgement to the root and a commit back down the chain), so
+no member can return before a failure anywhere reaches it: every rank of the operation raises.
+
+On one machine a rank running a channel algorithm could meet one that chose a shared-memory
+team algorithm for the same call; meet() compares the call through the world team first so
+that both raise CollectiveMismatch at once.
+"""
+import os
+import struct
+import zlib
+
+import numpy as np
+
+from ..errors import CollectiveMismatch, PeerLost, PooltensorError, Timeout
+
+HDR = 64                      # header bytes in front of each slot's payload
+POISON = 1 << 40              # added to a counter to wake whoever waits on it
+COUNT = POISON - 1            # the chunk count in a counter's low bits
+STAGE_MAX = 16 * 1024         # payloads up to this go with their header in one put
+SLOT_BYTES = int(os.environ.get("POOLTENSOR_CHANNEL_SLOT_BYTES", 256 * 1024))
+NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
+# compare each call through the world team first when every rank is on this machine (0: off,
+# for tests of the channel's own checks)
+TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"
+
+KEEP = 8                      # abort records kept per peer (the latest, by poison count)
+MISMATCH, FAILED, LOST, TIMEOUT = 1, 2, 3, 4    # abort reasons
+WORLD, LEADERS = 0, 1         # group ids
+_U64 = (1 << 64) - 1
+_EMPTY = np.zeros(0, np.uint8)
+_HEADER = struct.Struct("<5Q")   # group, op seq, algorithm, digest of the call, payload bytes
+
+
+def get(world):
+    """The world's channel, made on first use (collective: every rank calls it at one point)."""
+    ch = getattr(world, "_channels", None)
+    if ch is None:
+        ch = Channel(world)
+        world._channels = ch
+    return ch
+
+
+def meet(world, name, sig):
+    """Where every rank is on this machine, some may have chosen a shared-memory team
+    algorithm for this call instead: compare the call (digest and algorithm name) through the
+    world team first, a zero-byte broadcast, so that both sides get CollectiveMismatch at once
+    rather than wait for each other until the timeout. Elsewhere (ranks on several machines)
+    only channel algorithms can run and their message headers carry the check."""
+    if not TEAM_CHECK or world.size < 2 or not world._shm_world:
+        return
+    from . import shm
+    team = world._teams.get("world") or world._get_team("world")
+    mark = (zlib.crc32(name.encode()) << 24) ^ 0xC4A1
+    shm.call(world, team, team.native.broadcast, 0, _EMPTY, 0, (int(sig) ^ mark) & _U64)
+
+
+def chunks(lo, hi, step):
+    """(start, stop) byte ranges covering [lo, hi) in steps; one empty range for an empty span,
+    so that every message pattern has at least one (header-only) message to check."""
+    if hi <= lo:
+        return [(lo, lo)]
+    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+
+def rd_layout(p, i):
+    """Recursive doubling over p members: (p2, rem, new index of member i or None if it folds
+    into its odd neighbour, fold partner index or None)."""
+    p2 = 1 << (p.bit_length() - 1)
+    rem = p - p2
+    if i < 2 * rem:
+        return p2, rem, (i // 2 if i % 2 else None), i ^ 1
+    return p2, rem, i - rem, None
+
+
+def rd_member(j, rem):
+    """Index among the p members of the one holding new index j after the fold."""
+    return 2 * j + 1 if j < rem else j + rem
+
+
+def _peers(ranks, r):
+    """Ranks that r receives from in a group: the ring's left neighbour (ring algorithms and
+    the broadcast chain) and the recursive-doubling partners."""
+    p = len(ranks)
+    if p < 2 or r not in ranks:
+        return set()
+    i = ranks.index(r)
+    out = {ranks[(i - 1) % p]}
+    p2, rem, new, fold = rd_layout(p, i)
+    if fold is not None:
+        out.add(ranks[fold])
+    if new is not None:
+        mask = 1
+        while mask < p2:
+            out.add(ranks[rd_member(new ^ mask, rem)])
+            mask <<= 1
+    out.discard(r)
+    return out
+
+
+class Group:
+    """An ordered set of world ranks that run operations together."""
+
+    __slots__ = ("gid", "ranks", "index", "size")
+
+    def __init__(self, gid, ranks, me):
+        self.gid, self.ranks, self.size = gid, list(ranks), len(ranks)
+        self.index = self.ranks.index(me) if me in self.ranks else -1
+
+
+class Channel:
+    """Slots and counters in one window over every rank of a world; see the module docstring."""
+
+    def __init__(self, world):
+        self.world = world
+        self.me, self.n = me, n = world.rank, world.size
+        # topology: the hosts (as lists of ranks, ordered by first rank) and their leaders
+        lists = world.allgather_object(list(world.local_ranks))
+        self.hosts = [list(h) for h in sorted({tuple(x) for x in lists})]
+        self.host_of = {r: h for h, ranks in enumerate(self.hosts) for r in ranks}
+        self.groups = [Group(WORLD, range(n), me), Group(LEADERS, [h[0] for h in self.hosts], me)]
+        self.slot_bytes = max(64, SLOT_BYTES // 64 * 64)
+        self.nslots = max(1, NSLOTS)
+        self.stride = HDR + self.slot_bytes
+        nctr = (2 + 4 * KEEP) * n
+        self.ctr_bytes = (8 * nctr + 63) // 64 * 64
+        self._senders = {}
+        self._slot_base = {}
+        nbytes = self.ctr_bytes + len(self._senders_of(me)) * self.nslots * self.stride
+        self.win = world.expose(nbytes)
+        self.buf = self.win.buffer
+        self.ctr = memoryview(self.buf[:8 * nctr]).cast("q")   # aligned 8-byte loads
+        self.mv = memoryview(self.buf)
+        self.poisons = [0] * n
+        self.seq = [0] * len(self.groups)   # op sequence number of each group, last started
+        self.cur = None                     # (gid, seq) of the operation in progress
+        self.dirty = False                  # an operation failed here: slots may hold leftovers
+        self.sent = [0] * n
+        self.recvd = [0] * n
+        raw = np.zeros(HDR + STAGE_MAX + 64, np.uint8)
+        off = (-raw.ctypes.data) % 64
+        self.stage = raw[off:off + HDR + STAGE_MAX]
+        self.stage_mv = memoryview(self.stage)
+        self.hdr = np.zeros(HDR, np.uint8)
+
+    # -- layout ------------------------------------------------------------------------------
+    def _senders_of(self, r):
+        s = self._senders.get(r)
+        if s is None:
+            peers = set()
+            for g in self.groups:
+                peers |= _peers(g.ranks, r)
+            s = self._senders[r] = sorted(peers)
+        return s
+
+    def _base(self, dst, src):
+        """Offset of src's slots in dst's window."""
+        b = self._slot_base.get((dst, src))
+        if b is None:
+            senders = self._senders_of(dst)
+            if src not in senders:
+                raise RuntimeError(f"channel: rank {src} has no slots at rank {dst}")
+            b = self.ctr_bytes + senders.index(src) * self.nslots * self.stride
+            self._slot_base[(dst, src)] = b
+        return b
+
+    def _slot(self, src, k):
+        """Offset of the k-th chunk from src in this rank's window."""
+        return self._base(self.me, src) + (k % self.nslots) * self.stride
+
+    # -- waiting -----------------------------------------------------------------------------
+    def _wait(self, idx, peer, v, op):
+        """Until the chunk count of counter idx (this rank's window) is >= v; fails if peer
+        aborted the operation in progress."""
+        c = self.ctr
+        while True:
+            x = c[idx]
+            if x & COUNT >= v:
+                return
+            if x >= POISON:
+                self._check_aborts(peer, x >> 40)
+            try:
+                self.win.wait_local(8 * idx, (x & ~COUNT) + v, watch=peer)
+            except Timeout:
+                raise Timeout(f"{op.what}: waited {self.world.timeout} s for rank {peer}",
+                              rank=peer, host=self.world.hosts[peer]) from None
+
+    def _check_aborts(self, peer, count):
+        """Raise if peer gave up our operation, or a later one (so it left ours too: while this
+        rank is slow, the others can give up several operations that fail at once without
+        it). Its latest aborts are in records (count - 1) % KEEP, (count - 2) % KEEP, ..."""
+        c = self.ctr
+        left = None
+        for k in range(count - 1, max(count - 1 - KEEP, -1), -1):
+            a = 2 * self.n + 4 * (peer * KEEP + k % KEEP)
+            gid, seq, info = c[a], c[a + 1], c[a + 2]
+            if (gid, seq) == self.cur:
+                raise _aborted(self.world, peer, info)
+            if not self._past(gid, seq):
+                left = info          # the oldest abort past ours seen so far
+        if left is not None:
+            # our operation's own record is overwritten: report the nearest one after it
+            raise _aborted(self.world, peer, left)
+
+    def _past(self, gid, seq):
+        """Whether (gid, seq) names an operation this rank has finished or given up."""
+        if (gid, seq) == self.cur:
+            return False
+        return 0 < seq <= self.seq[gid] if gid < len(self.seq) else False
+
+    def _drain(self):
+        """Release chunks of operations that are over, left in our slots by a failure."""
+        c = self.ctr
+        for src in self._senders_of(self.me):
+            while c[src] & COUNT > self.recvd[src]:
+                off = self._slot(src, self.recvd[src])
+                gid, seq = _HEADER.unpack_from(self.mv, off)[:2]
+                if not self._past(gid, seq):
+                    break
+                self.recvd[src] += 1
+                self.win.notify(src, 8 * (self.n + self.me), 1)
+
+    # -- failure -----------------------------------------------------------------------------
+    def _abort(self, op, reason, pair):
+        """Wake every member of op's group with this rank's abort record."""
+        n, me = self.n, self.me
+        a, b = pair
+        info = reason | ((a + 1) << 8) | ((b + 1) << 32)
+        rec = np.array([op.group.gid, op.seq, info, 0], np.int64)
+        for r in op.group.ranks:
+            if r == me:
+                continue
+            k = self.poisons[r] % KEEP
+            self.poisons[r] += 1
+            try:
+                self.win.put(r, 8 * (2 * n + 4 * (me * KEEP + k)), rec)
+                self.win.notify(r, 8 * me, POISON)
+                self.win.notify(r, 8 * (n + me), POISON)
+            except Exception:   # a lost peer: nothing to wake
+                pass
+
+    # -- operations --------------------------------------------------------------------------
+    def op(self, group, algo, sig, what="collective"):
+        """Start an operation of `group` (every member calls this in the same order)."""
+        return Op(self, group, algo, sig, what)
+
+
+def _aborted(world, peer, info):
+    """The error for an abort record heard from peer: the same kind as the original, naming
+    the rank at fault."""
+    reason = info & 0xFF
+    a, b = ((info >> 8) & 0xFFFFFF) - 1, ((info >> 32) & 0xFFFFFF) - 1
+    me = world.rank
+    heard = f"rank {me} heard from rank {peer}"
+    if reason == MISMATCH and a >= 0 and b >= 0:
+        other = a if b == me else b
+        e = CollectiveMismatch(f"rank {a} and rank {b} called this collective with different "
+                               f"arguments ({heard})", rank=other, host=world.hosts[other])
+    elif reason in (LOST, TIMEOUT) and a >= 0 and b >= 0:
+        cls, what = (PeerLost, "is gone") if reason == LOST else (Timeout, "did not answer")
+        e = cls(f"collective given up: rank {b} {what} (found by rank {a}; {heard})", rank=b,
+                host=world.hosts[b])
+    else:
+        who = a if a >= 0 else peer
+        e = PooltensorError(f"rank {who} failed in this collective, so rank {me} gives it up "
+                            f"too ({heard})", rank=who, host=world.hosts[who])
+        b = -1
+    e._pair = (a if a >= 0 else peer, b)
+    return e
+
+
+def _reason(e, me):
+    """(abort reason, (reporting rank, rank at fault)) for an exception leaving an operation."""
+    pair = getattr(e, "_pair", None)
+    for cls, code in ((CollectiveMismatch, MISMATCH), (PeerLost, LOST), (Timeout, TIMEOUT)):
+        if isinstance(e, cls):
+            rank = getattr(e, "rank", None)
+            return code, pair or (me, rank if rank is not None else -1)
+    return FAILED, pair or (me, -1)
+
+
+class Op:
+    """One operation in flight on a channel: its own tag, sends and receives to group members.
+
+    Use as a context manager: an exception inside aborts the operation on every member."""
+
+    __slots__ = ("ch", "group", "seq", "key", "what")
+
+    def __init__(self, ch, group, algo, sig, what):
+        ch.seq[group.gid] += 1
+        self.ch, self.group, self.what = ch, group, what
+        self.seq = ch.seq[group.gid]
+        self.key = (group.gid, self.seq, algo, int(sig) & _U64)
+
+    def __enter__(self):
+        ch = self.ch
+        ch.cur = (self.group.gid, self.seq)
+        if ch.dirty:
+            ch._drain()
+        return self
+
+    def __exit__(self, et, e, tb):
+        ch = self.ch
+        if e is None:
+            ch.dirty = False
+        else:
+            ch.dirty = True
+            ch._abort(self, *_reason(e, ch.me))
+        ch.cur = None
+        return False
+
+    def send(self, dst, data):
+        """Put one chunk (a uint8 array of at most slot_bytes) into dst's next slot for us."""
+        ch = self.ch
+        k = ch.sent[dst]
+        if k >= ch.nslots:
+            ch._wait(ch.n + dst, dst, k - ch.nslots + 1, self)
+        off = ch._base(dst, ch.me) + (k % ch.nslots) * ch.stride
+        n = data.nbytes
+        gid, seq, algo, sig = self.key
+        if n <= STAGE_MAX:
+            st = ch.stage_mv
+            _HEADER.pack_into(st, 0, gid, seq, algo, sig, n)
+            if n:
+                st[HDR:HDR + n] = data
+            ch.win.put(dst, off, ch.stage[:HDR + n])
+        else:
+            ch.win.put(dst, off + HDR, data)
+            _HEADER.pack_into(ch.hdr, 0, gid, seq, algo, sig, n)
+            ch.win.put(dst, off, ch.hdr)
+        ch.win.notify(dst, 8 * ch.me, 1)
+        ch.sent[dst] = k + 1
+
+    def recv(self, src, nbytes):
+        """The next chunk from src (a view of our slot, valid until release(src)).
+
+        Chunks left over from an operation that failed are released unread."""
+        ch = self.ch
+        while True:
+            k = ch.recvd[src]
+            ch._wait(src, src, k + 1, self)
+            off = ch._slot(src, k)
+            got = _HEADER.unpack_from(ch.mv, off)
+            if got[:2] == self.key[:2]:
+                break
+            if not ch._past(got[0], got[1]):
+                self._mismatch(src, got, nbytes)
+            self.release(src)
+        if got[2:] != self.key[2:] + (nbytes,):
+            self._mismatch(src, got, nbytes)
+        return ch.buf[off + HDR:off + HDR + nbytes]
+
+    def release(self, src):
+        """Done with the chunk from src: give its slot back."""
+        ch = self.ch
+        ch.recvd[src] += 1
+        ch.win.notify(src, 8 * (ch.n + ch.me), 1)
+
+    def recv_into(self, src, out):
+        """Receive the next chunk from src into the uint8 array out."""
+        v = self.recv(src, out.nbytes)
+        if out.nbytes:
+            out[:] = v
+        self.release(src)
+
+    def _mismatch(self, src, got, nbytes):
+        w = self.ch.world
+        if got[:2] != self.key[:2]:
+            what = "is not in this collective (it called a different sequence of collectives)"
+        elif got[2] != self.key[2]:
+            what = "runs this collective with a different algorithm"
+        elif got[3] != self.key[3]:
+            what = "called this collective with different arguments"
+        else:
+            what = f"sent {got[4]} bytes where {nbytes} were expected"
+        raise CollectiveMismatch(f"{self.what}: rank {w.rank} and rank {src} disagree: rank "
+                                 f"{src} {what}", rank=src, host=w.hosts[src])
