@@ -397,10 +397,16 @@ class ndarray:
                     issued += 1
                     prefetch.issue(pool, a, issued)
             b0, b1 = max(lo, k * S), min(hi, (k + 1) * S)
-            if a.members[k] == pool.me:
-                buf = pool.local[a.heap][a.slots[k] * S:(a.slots[k] + 1) * S]
+            mapped = pool.mapped.get((a.heap, a.members[k])) if pool.mapped else None
+            if a.members[k] == pool.me or mapped is not None:
+                if mapped is None:
+                    buf = pool.local[a.heap][a.slots[k] * S:(a.slots[k] + 1) * S]
+                else:
+                    buf = mapped[a.slots[k] * S:(a.slots[k] + 1) * S]
+                    cache.direct += 1
                 blk = buf[b0 - k * S:b1 - k * S].view(self._dtype)
                 blk.flags.writeable = False
+                e = None
             else:
                 if a.pf is None:
                     a.pf = prefetch.Stream()
@@ -409,7 +415,7 @@ class ndarray:
                 blk = cache.export(e, e.frame[b0 - k * S:b1 - k * S].view(self._dtype))
             if behind is not None and behind.attached:
                 cache.entries.move_to_end(behind.key, last=False)
-            behind = e if a.members[k] != pool.me else None
+            behind = e
             yield (b0 - lo) // it, blk
 
     def _chunk_blocks(self, depth):

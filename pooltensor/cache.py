@@ -74,6 +74,7 @@ class SlabCache:
         self.gen = 0              # bumped whenever an entry leaves (memo checks use it)
         self.hits = self.misses = self.evictions = 0
         self.bytes_fetched = 0
+        self.direct = 0           # reads served from a same-machine member's mapped memory
         self.prefetch_issued = self.prefetch_used = self.prefetch_wasted = 0
         self.overcommit = 0
         self.timeout = 60.0
@@ -213,9 +214,9 @@ class SlabCache:
                 "prefetch_wasted": self.prefetch_wasted,
                 "prefetch_accuracy": (self.prefetch_used / self.prefetch_issued
                                       if self.prefetch_issued else 0.0),
-                "overcommit": self.overcommit}
+                "overcommit": self.overcommit, "direct_reads": self.direct}
 
     def reset_counters(self):
-        self.hits = self.misses = self.evictions = self.bytes_fetched = 0
+        self.hits = self.misses = self.evictions = self.bytes_fetched = self.direct = 0
         self.prefetch_issued = self.prefetch_used = self.prefetch_wasted = 0
         self.overcommit = 0

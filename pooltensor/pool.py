@@ -114,7 +114,7 @@ class Pool:
 
     def __init__(self, world, *, role, slab_size=None, memory=None, cache_bytes=None,
                  placement="block", materialize_limit=None, advanced_limit=None, procs=(),
-                 owns_world=False):
+                 owns_world=False, attach=None):
         self.world = world
         self.role = role                       # "spmd", "plain" or "member"
         self.me, self.size = world.rank, world.size
@@ -153,6 +153,17 @@ class Pool:
         self._private = None
         self.local = {"rw": self.win_rw.buffer, "ro": self.win_ro.buffer, "pv": None}
         self.read_win = {"rw": self.win_rw, "ro": self.win_ro}
+        if attach is None:
+            attach = os.environ.get("POOLTENSOR_ATTACH", "0") not in ("", "0")
+        # (heap, member) -> that member's heap mapped read-only here (same machine only)
+        self.mapped = {}
+        if attach and role != "member":
+            for m in range(self.size):
+                if m != self.me and world.transports[m] == "shm":
+                    for heap, win in (("rw", self.win_rw), ("ro", self.win_ro)):
+                        view = win.attach(m, 0, self.capacity[m])
+                        if view is not None:
+                            self.mapped[(heap, m)] = view
         self.write_win = {"rw": self.win_rw, "ro": self.win_ro_init}
         # -- allocation state (every process but a plain script's members) ---------------------
         self._lock = threading.RLock()

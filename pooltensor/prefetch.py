@@ -74,7 +74,7 @@ def observe(pool, alloc, k):
 def issue(pool, alloc, k):
     """Start fetching slab k of `alloc` into the cache if it is remote and not there yet."""
     m = alloc.members[k]
-    if m == pool.me:
+    if m == pool.me or (pool.mapped and (alloc.heap, m) in pool.mapped):
         return False
     key = (alloc.heap, m, alloc.slots[k])
     if key in pool.cache.entries:

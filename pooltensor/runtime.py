@@ -29,7 +29,7 @@ def _launched():
 
 
 def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", memory=None,
-         materialize_limit=None, advanced_limit=None, timeout=None):
+         materialize_limit=None, advanced_limit=None, timeout=None, attach=None):
     """Join or build the pool and return it (later calls return the same pool).
 
     Under mpiexec or ``python -m collectives.launch`` every rank is a member (SPMD) and this
@@ -42,12 +42,15 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
     host). cache_bytes: this process's slab cache budget (default RAM / 8). placement: the
     default policy (see pooltensor.placement). materialize_limit: largest to_numpy() in bytes.
     advanced_limit: largest advanced-indexing result returned as numpy (above: a pool array).
+    attach: map the memory of members on this machine and read their slabs in place instead
+    of copying them through the cache (default $POOLTENSOR_ATTACH, off: the cache and the
+    prefetcher are what a pool spanning hosts runs on, and what this keeps exercised).
     """
     global _pool
     with _init_lock:
         args = dict(members=members, slab_size=slab_size, cache_bytes=cache_bytes,
                     memory=memory, materialize_limit=materialize_limit,
-                    advanced_limit=advanced_limit)
+                    advanced_limit=advanced_limit, attach=attach)
         if _pool is not None and not _pool.closed:
             if members is not None and members != _pool.size:
                 raise ValueError(f"pooltensor is already initialized with {_pool.size} "

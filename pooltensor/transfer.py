@@ -25,6 +25,10 @@ def slab_read(pool, alloc, k):
     S = pool.slab_size
     if m == pool.me:
         return pool.local[alloc.heap][slot * S:(slot + 1) * S]
+    mapped = pool.mapped.get((alloc.heap, m)) if pool.mapped else None
+    if mapped is not None:
+        pool.cache.direct += 1
+        return mapped[slot * S:(slot + 1) * S]
     prefetch.observe(pool, alloc, k)
     cache = pool.cache
     key = (alloc.heap, m, slot)
@@ -250,8 +254,11 @@ def _put_runs(win, m, base, sh, st, it, v):
     for n, s in zip(sh[:d], st[:d]):
         offs = offs[..., None] + np.arange(n, dtype=np.int64) * s
     data = np.ascontiguousarray(v).reshape(-1).view(np.uint8)
-    for j, o in enumerate(offs.reshape(-1).tolist()):
-        win.put(m, base + o, data[j * r:(j + 1) * r])
+    offs = offs.reshape(-1)
+    if offs.size == 1:
+        win.put(m, base + int(offs[0]), data[:r])
+    else:
+        win.put_indexed(m, base + offs, r, data)
 
 
 def scatter(pool, alloc, offsets, dtype, vals):
@@ -284,8 +291,6 @@ def scatter(pool, alloc, offsets, dtype, vals):
             continue
         if e is not None:
             cache.ready(e).view(dtype)[idx] = v
-        win = pool.write_win[heap]
         vb = np.ascontiguousarray(v).view(np.uint8)
-        for j, o in enumerate(within.tolist()):
-            win.put(m, slot * S + o, vb[j * it:(j + 1) * it])
+        pool.write_win[heap].put_indexed(m, slot * S + within.astype(np.int64), it, vb)
     bump(pool, alloc, touched)
