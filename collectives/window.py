@@ -229,8 +229,13 @@ class Window:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.close()
+        else:
+            # leaving on an error: a collective close would pair with an unrelated barrier of
+            # the peers; keep the memory exposed so they see this rank gone, not a bad key
+            self._closed = True
 
     def __repr__(self):
         return (f"<Window rank {self.world.rank}/{self.world.size} {self.sizes[self.world.rank]} "

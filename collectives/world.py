@@ -227,10 +227,13 @@ class World:
         self._closed = True
         if self._coll_exec is not None:
             self._coll_exec.shutdown(wait=True)
-        try:
-            self.barrier(timeout=min(self.timeout, 10.0))
-        except Exception:
-            pass
+        if not _failed:
+            # a rank leaving on an uncaught exception skips this: its barrier would pair with
+            # an unrelated one of its peers, who should see it gone (PeerLost) instead
+            try:
+                self.barrier(timeout=min(self.timeout, 10.0))
+            except Exception:
+                pass
         self._teams.clear()
         self._ctx.close()
         self._boot.close()
@@ -251,6 +254,15 @@ class _Team:
 
 _world = None
 _world_lock = threading.Lock()
+_failed = False
+
+
+def _note_failure(hook):
+    def excepthook(*exc):
+        global _failed
+        _failed = True
+        hook(*exc)
+    return excepthook
 
 
 def init(timeout=None):
@@ -260,7 +272,9 @@ def init(timeout=None):
         if _world is None or _world._closed:
             _world = World(bootstrap(timeout), timeout)
             import atexit
+            import sys
             atexit.register(finalize)
+            sys.excepthook = _note_failure(sys.excepthook)
         return _world
 
 
