@@ -282,10 +282,15 @@ def plot_bandwidth_and_latency(path, title, series, latencies=None):
     panels = [("bandwidth", series)] if isinstance(series, dict) else list(series)
     ncols = len(panels) + (1 if latencies else 0)
     fig, axes = plt.subplots(1, ncols, figsize=(7 * ncols, 4.8), squeeze=False)
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {}  # one color per label, the same in every panel
+    for _, lines in panels:
+        for label in lines:
+            colors.setdefault(label, palette[len(colors) % len(palette)])
     for k, (ptitle, lines) in enumerate(panels):
         ax = axes[0][k]
         for label, (xs, ys) in lines.items():
-            ax.plot(xs, ys, marker="o", markersize=3, label=label,
+            ax.plot(xs, ys, marker="o", markersize=3, label=label, color=colors[label],
                     linestyle="--" if "memcpy" in label else "-")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
