@@ -336,10 +336,13 @@ def plot_lines(path, title, panels, ncols=2):
 
     nrows = (len(panels) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(7 * ncols, 4.6 * nrows), squeeze=False)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {}   # one color per label across every panel
     for k, (ptitle, ylabel, series) in enumerate(panels):
         ax = axes[k // ncols][k % ncols]
         for label, (xs, ys) in series.items():
-            ax.plot(xs, ys, marker="o", markersize=3, label=label,
+            color = colors.setdefault(label, cycle[len(colors) % len(cycle)])
+            ax.plot(xs, ys, marker="o", markersize=3, label=label, color=color,
                     linestyle="-" if "ours" in label else "--")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -146,14 +146,22 @@ def _allreduce(w, x, op, out, algorithm, deterministic):
 def allgather(x, *, out=None, world=None, algorithm="auto"):
     """Concatenate x from every rank along a new leading axis: shape (size, *x.shape)."""
     w = _world(world)
-    return w._serial(_allgather, w, x, out, algorithm)
+    if w._coll_pending:
+        return w._serial(_allgather, w, x, out, algorithm)
+    return _allgather(w, x, out, algorithm)
 
 
 def _allgather(w, x, out, algorithm):
     arr, back = _as_array(x)
     res = _output(out, (w.size,) + arr.shape, arr.dtype, back is not None)
-    algo = algorithms.select("allgather", arr.nbytes, w, algorithm, False)
-    algorithms.run("allgather", algo, w, arr, res, sig=_plan("allgather", arr)[2])
+    sig = _plan("allgather", arr)[2]
+    if algorithm == "auto" and w._direct:
+        team = w._teams.get("world") or w._get_team("world")
+        shm.call(w, team, team.native.allgather, arr, res, arr.nbytes,
+                 sig ^ algorithms.digest("shm"))
+    else:
+        algo = algorithms.select("allgather", arr.nbytes, w, algorithm, False)
+        algorithms.run("allgather", algo, w, arr, res, sig=sig ^ algorithms.digest(algo))
     return _finish(res, back)
 
 
@@ -170,6 +178,12 @@ def _reduce_scatter(w, x, op, out, algorithm):
                          f"per rank; got {arr.shape}")
     code, opc, sig, avg = _plan("reduce_scatter", arr, op)
     res = _output(out, arr.shape[1:], arr.dtype, back is not None)
+    if avg and arr.dtype.itemsize == 2:
+        # 16-bit floats: sum and divide in float32, round once (a float16 sum may overflow)
+        wide = _reduce_scatter(w, arr.astype(np.float32), "sum", None, algorithm)
+        np.divide(wide, w.size, out=wide)
+        res[...] = wide.astype(arr.dtype)
+        return _finish(res, back)
     algo = algorithms.select("reduce_scatter", arr.nbytes, w, algorithm, False)
     algorithms.run("reduce_scatter", algo, w, arr, res, code=code, op=opc, sig=sig)
     if avg:

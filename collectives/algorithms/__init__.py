@@ -50,6 +50,9 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
         # the variable names one algorithm for every kind; kinds without it choose for themselves
         if ENV_ALGO and (kind, ENV_ALGO) in _REGISTRY:
             algorithm = ENV_ALGO
+        elif ENV_ALGO and not any(n == ENV_ALGO for _, n in _REGISTRY):
+            raise ValueError(f"POOLTENSOR_ALGO={ENV_ALGO!r} names no algorithm; known: "
+                             f"{sorted({n for _, n in _REGISTRY})}")
     if algorithm != "auto":
         if (kind, algorithm) not in _REGISTRY:
             raise ValueError(f"unknown {kind} algorithm {algorithm!r}: choose 'auto' or one of "
