@@ -115,6 +115,17 @@ def allreduce(x, op="sum", *, out=None, world=None, algorithm="auto", determinis
     w = _world(world)
     if w._coll_pending:
         return w._serial(_allreduce, w, x, op, out, algorithm, deterministic)
+    # the common case, a few operations: a contiguous numpy array seen before, one host
+    if (out is None and type(x) is np.ndarray and algorithm == "auto" and w._direct
+            and x.flags.c_contiguous):
+        plan = _PLANS.get(("allreduce", x.dtype, x.shape, op, 0))
+        team = w._teams.get("world")
+        if plan is not None and team is not None and not plan[3]:
+            res = np.empty_like(x)
+            algo = 1 if x.nbytes <= algorithms.ONESHOT_MAX else 2
+            shm.call(w, team, team.native.allreduce, plan[1], plan[0], x, res, x.size, algo,
+                     plan[2] ^ algo)
+            return res
     return _allreduce(w, x, op, out, algorithm, deterministic)
 
 
