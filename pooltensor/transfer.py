@@ -29,19 +29,7 @@ def slab_read(pool, alloc, k):
     if mapped is not None:
         pool.cache.direct += 1
         return mapped[slot * S:(slot + 1) * S]
-    prefetch.observe(pool, alloc, k)
-    cache = pool.cache
-    key = (alloc.heap, m, slot)
-    e = cache.entries.get(key)
-    if e is not None:
-        cache.entries.move_to_end(key)
-        cache.hits += 1
-        if e.prefetched:
-            cache.prefetch_used += 1
-            e.prefetched = False
-        return cache.ready(e)
-    cache.misses += 1
-    return fetch(pool, alloc.heap, m, slot, alloc.slab_len(k)).frame
+    return slab_entry(pool, alloc, k).frame
 
 
 def slab_entry(pool, alloc, k):

@@ -61,6 +61,31 @@ def check_ranks(launcher, n, script, *args, env=None, timeout=90):
     return p
 
 
+def run_env_ranks(n, script, *args, env=None, timeout=60):
+    """Start n ranks straight from POOLTENSOR_* variables (no launcher to stop the survivors
+    when one dies); returns (return codes, outputs) once all have ended."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    procs = []
+    for r in range(n):
+        e = rank_env({"POOLTENSOR_RANK": str(r), "POOLTENSOR_WORLD_SIZE": str(n),
+                      "POOLTENSOR_COORDINATOR": f"127.0.0.1:{port}", **(env or {})})
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / script), *args], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in procs], outs
+
+
 @pytest.fixture(params=["mpiexec", "launch"])
 def launcher(request):
     return request.param

@@ -7,16 +7,13 @@ results bitwise identical on every rank. Hierarchical runs across pretend hosts
 credits run out. Mismatched calls must raise CollectiveMismatch on every rank, and the next
 call must work; a dead rank must give PeerLost naming it on every other rank.
 """
-import socket
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 
 from collectives import algorithms
 from collectives.algorithms import channel
-from conftest import SCRIPTS, check_ranks, rank_env
+from conftest import check_ranks, run_env_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,24 +105,7 @@ def test_chunks():
 @pytest.mark.parametrize("algo,n", [("ring", 3), ("recursive_doubling", 4)])
 def test_dead_rank_gives_peer_lost_everywhere(algo, n):
     """Ranks started straight from POOLTENSOR_* variables (no launcher to stop them early)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    procs = []
-    for r in range(n):
-        env = rank_env({"POOLTENSOR_RANK": str(r), "POOLTENSOR_WORLD_SIZE": str(n),
-                        "POOLTENSOR_COORDINATOR": f"127.0.0.1:{port}",
-                        "POOLTENSOR_TIMEOUT": "20"})
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / "algos_check.py"), "lost",
-                                       algo], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=60)[0])
-    finally:
-        for p in procs:
-            p.kill()
+    codes, outs = run_env_ranks(n, "algos_check.py", "lost", algo,
+                                env={"POOLTENSOR_TIMEOUT": "20"})
     for r in range(n - 1):
-        assert procs[r].returncode == 0 and "lost ok" in outs[r], f"rank {r}:\n{outs[r]}"
+        assert codes[r] == 0 and "lost ok" in outs[r], f"rank {r}:\n{outs[r]}"

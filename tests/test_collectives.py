@@ -6,13 +6,10 @@ the error paths that need a rank to misbehave (timeout, peer killed) get launche
 """
 import importlib.util
 import signal
-import socket
-import subprocess
-import sys
 
 import pytest
 
-from conftest import SCRIPTS, check_ranks, rank_env, run_ranks
+from conftest import check_ranks, run_env_ranks, run_ranks
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -48,28 +45,10 @@ def test_skipped_collective_times_out_naming_the_rank(launcher, n, kind):
 @pytest.mark.parametrize("n", [2, 3])
 def test_killed_rank_gives_peer_lost(n):
     """Ranks started from POOLTENSOR_* variables: no launcher stops the survivors early."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    procs = []
-    for r in range(n):
-        env = rank_env({"POOLTENSOR_RANK": str(r), "POOLTENSOR_WORLD_SIZE": str(n),
-                        "POOLTENSOR_COORDINATOR": f"127.0.0.1:{port}",
-                        "POOLTENSOR_TIMEOUT": "30"})
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / "coll_peer_lost.py")],
-                                      env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=60)[0])
-    finally:
-        for p in procs:
-            p.kill()
-    assert procs[-1].returncode == -signal.SIGKILL, outs[-1]
+    codes, outs = run_env_ranks(n, "coll_peer_lost.py", env={"POOLTENSOR_TIMEOUT": "30"})
+    assert codes[-1] == -signal.SIGKILL, outs[-1]
     for r in range(n - 1):
-        assert procs[r].returncode == 0, f"rank {r}:\n{outs[r]}"
+        assert codes[r] == 0, f"rank {r}:\n{outs[r]}"
         assert "allreduce PeerLost after" in outs[r] and "allgather PeerLost" in outs[r], outs[r]
 
 

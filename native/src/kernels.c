@@ -98,8 +98,8 @@ const char *pt_kernels_isa(void)
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-/* Plain 32-byte vector moves. glibc's memmove switches to `rep movsb` between 2 KiB and
- * 1 MiB on many x86 CPUs, which runs at half speed from memory on 4 KiB pages, the pages
+/* Plain 32-byte vector moves, for 2 KiB .. 1 MiB. glibc's memmove switches to `rep movsb`
+ * in that range on many x86 CPUs, which runs at half speed from memory on 4 KiB pages, the pages
  * shared segments have (shmem gets no transparent huge pages by default): exactly the
  * slab and chunk sizes the transports copy. */
 __attribute__((target("avx2"))) static void copy_avx2(uint8_t *d, const uint8_t *s, size_t n)
@@ -131,7 +131,8 @@ void pt_copy(void *dst, const void *src, size_t len)
         const char *isa = pt_kernels_isa();
         vec = strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0;
     }
-    if (vec && len >= 2048 && (d + len <= s || s + len <= d)) {
+    /* glibc's own vector loop (with non-temporal stores for large sizes) wins from 1 MiB */
+    if (vec && len >= 2048 && len < (1u << 20) && (d + len <= s || s + len <= d)) {
         copy_avx2(d, s, len);
         return;
     }
