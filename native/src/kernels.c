@@ -117,7 +117,49 @@ __attribute__((target("avx2"))) static void copy_avx2(uint8_t *d, const uint8_t 
     }
     memcpy(d + i, s + i, n - i);
 }
+
+/* Non-temporal stores: for destinations that will not be read again soon (a large
+ * collective's output), which saves the read-for-ownership of every destination line. */
+__attribute__((target("avx2"))) static void copy_stream_avx2(uint8_t *d, const uint8_t *s,
+                                                             size_t n)
+{
+    size_t head = (32 - ((uintptr_t)d & 31)) & 31;
+    if (head > n)
+        head = n;
+    memcpy(d, s, head);
+    size_t i = head;
+    for (; i + 128 <= n; i += 128) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
+        __m256i c = _mm256_loadu_si256((const __m256i *)(s + i + 64));
+        __m256i e = _mm256_loadu_si256((const __m256i *)(s + i + 96));
+        _mm256_stream_si256((__m256i *)(d + i), a);
+        _mm256_stream_si256((__m256i *)(d + i + 32), b);
+        _mm256_stream_si256((__m256i *)(d + i + 64), c);
+        _mm256_stream_si256((__m256i *)(d + i + 96), e);
+    }
+    _mm_sfence();
+    memcpy(d + i, s + i, n - i);
+}
 #endif
+
+void pt__copy_stream(void *dst, const void *src, size_t len)
+{
+#if defined(__x86_64__)
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    static int vec = -1;
+    if (vec < 0) {
+        const char *isa = pt_kernels_isa();
+        vec = strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0;
+    }
+    if (vec && len >= 4096 && (d + len <= s || s + len <= d)) {
+        copy_stream_avx2(d, s, len);
+        return;
+    }
+#endif
+    pt_copy(dst, src, len);
+}
 
 void pt_copy(void *dst, const void *src, size_t len)
 {

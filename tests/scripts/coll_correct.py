@@ -243,6 +243,9 @@ def sweep_allreduce():
             allreduce_case(algo, dt, "max", MEDIUM[0], inplace=True)
     for algo in algos:
         allreduce_case(algo, np.dtype("float32"), "sum", LARGE, inplace=True)
+    # past 8 MiB the direct algorithms write their output with streaming stores
+    for algo in ("auto", "twoshot"):
+        allreduce_case(algo, np.dtype("float32"), "sum", 2_500_007)
 
 
 def sweep_deterministic():
