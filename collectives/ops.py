@@ -222,9 +222,20 @@ def _broadcast(w, x, root, out, algorithm):
 
 
 def barrier(world=None, timeout=None):
-    """Return once every rank has called barrier()."""
+    """Return once every rank has called barrier().
+
+    Once collectives have run, this barrier is one of them: it is checked against the other
+    ranks' calls, so a barrier met by an allreduce is a CollectiveMismatch, not a hang.
+    (World.barrier() stays the plain barrier, usable even after a collective failed.)"""
     w = _world(world)
-    return w._serial(lambda: w.barrier(timeout))
+    return w._serial(_barrier, w, timeout)
+
+
+def _barrier(w, timeout):
+    team = w._teams.get("world")
+    if team is None or w.size == 1:
+        return w.barrier(timeout)
+    shm.call(w, team, team.native.barrier, timeout=timeout)
 
 
 # ---- asynchronous ------------------------------------------------------------------------

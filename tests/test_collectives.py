@@ -66,6 +66,10 @@ def _edge(mode, *args, n=2, **env):
     assert p.stdout.count(f"{mode} ok") == n
 
 
+def test_barrier_met_by_another_collective_is_a_mismatch():
+    _edge("barrier_vs_allreduce", n=3)
+
+
 def test_zero_dim_arrays_keep_their_shape():
     _edge("zero_dim")
 

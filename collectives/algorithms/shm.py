@@ -10,10 +10,11 @@ from . import register
 ALGO = {"oneshot": 1, "twoshot": 2}
 
 
-def call(world, team, fn, *args):
+def call(world, team, fn, *args, timeout=None):
     """Run a team call; turn its failure into the error naming the rank at fault."""
+    timeout = world.timeout if timeout is None else timeout
     try:
-        fn(*args, world.timeout)
+        fn(*args, timeout)
     except _native.Error as e:
         status, who = e.args[0], e.args[3]
         rank = team.ranks[who] if 0 <= who < len(team.ranks) else None
@@ -23,7 +24,7 @@ def call(world, team, fn, *args):
                 f"rank {world.rank} and rank {rank} called this collective with different "
                 f"arguments (kind, shape, dtype, op or root)", rank=rank, host=host) from None
         if status == _native.ERR_TIMEOUT:
-            raise Timeout(f"collective: rank {rank} did not arrive within {world.timeout} s",
+            raise Timeout(f"collective: rank {rank} did not arrive within {timeout} s",
                           rank=rank, host=host) from None
         if status == _native.ERR_PEER_LOST:
             raise PeerLost("collective: a rank is gone", rank=rank, host=host) from None

@@ -73,6 +73,19 @@ elif mode == "algo_mismatch":
         r = collectives.allreduce(np.full(3, rank, np.int32))
         assert np.array_equal(r, np.full(3, size * (size - 1) // 2)), r
 
+elif mode == "barrier_vs_allreduce":
+    collectives.allreduce(np.ones(3))         # collectives have run: barriers are checked too
+    try:
+        if rank == 0:
+            collectives.barrier()
+        else:
+            collectives.allreduce(np.ones(3))
+        raise AssertionError("a barrier met by an allreduce went unnoticed")
+    except collectives.CollectiveMismatch:
+        pass
+    world.barrier()                            # and the world is still usable
+    assert collectives.allreduce(np.ones(2))[0] == size
+
 elif mode == "dtype_alias":
     x = np.arange(5, dtype=np.longlong if rank == 0 else np.int64)
     r = collectives.allreduce(x)
