@@ -1,17 +1,11 @@
 /* collectives._native: a thin binding over native/. Normalizes arguments, makes one native
  * call with the GIL released, and turns a status into _native.Error(status, errno, text). The
  * Python layer above turns that into the typed errors of collectives.errors. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
-
-#include "pt.h"
-
-int pt_py_add_kernels(PyObject *module);
+#include "binding.h"
 
 static PyObject *Error;
 
-static PyObject *raise_status_who(pt_status_t st, int who)
+PyObject *pt_py_raise(pt_status_t st, int who)
 {
     int err = st == PT_ERR_SYS ? pt_last_errno() : 0;
     PyObject *args = Py_BuildValue("(iisi)", (int)st, err, pt_status_str(st), who);
@@ -22,7 +16,7 @@ static PyObject *raise_status_who(pt_status_t st, int who)
     return NULL;
 }
 
-static PyObject *raise_status(pt_status_t st) { return raise_status_who(st, -1); }
+static PyObject *raise_status(pt_status_t st) { return pt_py_raise(st, -1); }
 
 /* ---------------- Segment ---------------- */
 
@@ -210,12 +204,6 @@ static PyTypeObject RequestType = {
 
 /* ---------------- Context ---------------- */
 
-typedef struct {
-    PyObject_HEAD
-    pt_ctx_t *ctx;
-    pt_ctx_t *zombie;       /* closed while attachments lived: destroyed with the object */
-    Py_ssize_t attachments;
-} ContextObject;
 
 /* A buffer over memory mapped from a peer: keeps its Context (and so the mapping) alive. */
 typedef struct {
@@ -689,7 +677,7 @@ static PyMethodDef Context_methods[] = {
      "compare_swap(rank, key, offset, expected, new) -> old int64"},
     {NULL}};
 
-static PyTypeObject ContextType = {
+PyTypeObject ContextType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "collectives._native.Context",
     .tp_basicsize = sizeof(ContextObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -699,260 +687,6 @@ static PyTypeObject ContextType = {
     .tp_dealloc = (destructor)Context_dealloc,
     .tp_methods = Context_methods,
 };
-
-/* ---------------- Team ---------------- */
-
-typedef struct {
-    PyObject_HEAD
-    pt_team_t *team;
-    PyObject *ctx;      /* keeps the context alive */
-    int n;
-} TeamObject;
-
-static int Team_init(TeamObject *self, PyObject *args, PyObject *kw)
-{
-    ContextObject *ctx;
-    PyObject *ranks, *keys;
-    Py_ssize_t slot;
-    int nslots;
-    if (!PyArg_ParseTuple(args, "O!OOni", &ContextType, &ctx, &ranks, &keys, &slot, &nslots))
-        return -1;
-    if (!ctx->ctx) {
-        PyErr_SetString(PyExc_ValueError, "context is closed");
-        return -1;
-    }
-    Py_ssize_t n = PySequence_Length(ranks);
-    if (n <= 0 || n != PySequence_Length(keys)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "ranks and keys must be equal, non-empty sequences");
-        return -1;
-    }
-    int *r = PyMem_Malloc(sizeof(int) * (size_t)n);
-    uint64_t *k = PyMem_Malloc(sizeof(uint64_t) * (size_t)n);
-    int rc = -1;
-    if (!r || !k) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = PySequence_GetItem(ranks, i), *b = PySequence_GetItem(keys, i);
-        if (a)
-            r[i] = (int)PyLong_AsLong(a);
-        if (b)
-            k[i] = PyLong_AsUnsignedLongLong(b);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        if (PyErr_Occurred())
-            goto out;
-    }
-    pt_status_t st = pt_team_create(ctx->ctx, r, (int)n, k, (size_t)slot, nslots, &self->team);
-    if (st != PT_OK) {
-        raise_status(st);
-        goto out;
-    }
-    Py_INCREF(ctx);
-    self->ctx = (PyObject *)ctx;
-    self->n = (int)n;
-    rc = 0;
-out:
-    PyMem_Free(r);
-    PyMem_Free(k);
-    return rc;
-}
-
-static void Team_dealloc(TeamObject *self)
-{
-    pt_team_destroy(self->team);
-    Py_XDECREF(self->ctx);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-#define TEAM(self)                                                                  \
-    do {                                                                            \
-        if (!(self)->team || !((ContextObject *)(self)->ctx)->ctx) {                \
-            PyErr_SetString(PyExc_ValueError, "team is closed");                    \
-            return NULL;                                                            \
-        }                                                                           \
-    } while (0)
-
-static PyObject *Team_barrier(TeamObject *self, PyObject *args)
-{
-    double timeout;
-    if (!PyArg_ParseTuple(args, "d", &timeout))
-        return NULL;
-    TEAM(self);
-    int who = -1;
-    pt_status_t st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pt_team_barrier(self->team, timeout, &who);
-    Py_END_ALLOW_THREADS
-    if (st != PT_OK)
-        return raise_status_who(st, who);
-    Py_RETURN_NONE;
-}
-
-static int two_buffers(PyObject *a, PyObject *b, Py_buffer *in, Py_buffer *out, size_t need_in,
-                       size_t need_out)
-{
-    if (PyObject_GetBuffer(a, in, PyBUF_SIMPLE) < 0)
-        return -1;
-    if (PyObject_GetBuffer(b, out, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(in);
-        return -1;
-    }
-    if ((size_t)in->len < need_in || (size_t)out->len < need_out) {
-        PyBuffer_Release(in);
-        PyBuffer_Release(out);
-        PyErr_SetString(PyExc_ValueError, "buffer smaller than the count given");
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *Team_allreduce(TeamObject *self, PyObject *args)
-{
-    int op, dt, algo;
-    PyObject *a, *b;
-    Py_ssize_t count;
-    unsigned long long sig;
-    double timeout;
-    if (!PyArg_ParseTuple(args, "iiOOniKd", &op, &dt, &a, &b, &count, &algo, &sig, &timeout))
-        return NULL;
-    TEAM(self);
-    if (dt < 0 || dt >= PT_NDTYPES || count < 0)
-        return raise_status(PT_ERR_INVALID);
-    Py_buffer in, out;
-    size_t nb = (size_t)count * pt_dtype_size((pt_dtype_t)dt);
-    if (two_buffers(a, b, &in, &out, nb, nb) < 0)
-        return NULL;
-    int who = -1;
-    pt_status_t st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pt_team_allreduce(self->team, (pt_op_t)op, (pt_dtype_t)dt, in.buf, out.buf,
-                           (size_t)count, algo, sig, timeout, &who);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&out);
-    if (st != PT_OK)
-        return raise_status_who(st, who);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Team_reduce_scatter(TeamObject *self, PyObject *args)
-{
-    int op, dt;
-    PyObject *a, *b;
-    Py_ssize_t count;
-    unsigned long long sig;
-    double timeout;
-    if (!PyArg_ParseTuple(args, "iiOOnKd", &op, &dt, &a, &b, &count, &sig, &timeout))
-        return NULL;
-    TEAM(self);
-    if (dt < 0 || dt >= PT_NDTYPES || count < 0)
-        return raise_status(PT_ERR_INVALID);
-    Py_buffer in, out;
-    size_t nb = (size_t)count * pt_dtype_size((pt_dtype_t)dt);
-    if (two_buffers(a, b, &in, &out, nb * (size_t)self->n, nb) < 0)
-        return NULL;
-    int who = -1;
-    pt_status_t st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pt_team_reduce_scatter(self->team, (pt_op_t)op, (pt_dtype_t)dt, in.buf, out.buf,
-                                (size_t)count, sig, timeout, &who);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&out);
-    if (st != PT_OK)
-        return raise_status_who(st, who);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Team_allgather(TeamObject *self, PyObject *args)
-{
-    PyObject *a, *b;
-    Py_ssize_t nbytes;
-    unsigned long long sig;
-    double timeout;
-    if (!PyArg_ParseTuple(args, "OOnKd", &a, &b, &nbytes, &sig, &timeout))
-        return NULL;
-    TEAM(self);
-    if (nbytes < 0)
-        return raise_status(PT_ERR_INVALID);
-    Py_buffer in, out;
-    if (two_buffers(a, b, &in, &out, (size_t)nbytes, (size_t)nbytes * (size_t)self->n) < 0)
-        return NULL;
-    int who = -1;
-    pt_status_t st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pt_team_allgather(self->team, in.buf, out.buf, (size_t)nbytes, sig, timeout, &who);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&out);
-    if (st != PT_OK)
-        return raise_status_who(st, who);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Team_broadcast(TeamObject *self, PyObject *args)
-{
-    int root;
-    PyObject *a;
-    Py_ssize_t nbytes;
-    unsigned long long sig;
-    double timeout;
-    if (!PyArg_ParseTuple(args, "iOnKd", &root, &a, &nbytes, &sig, &timeout))
-        return NULL;
-    TEAM(self);
-    Py_buffer b;
-    if (PyObject_GetBuffer(a, &b, PyBUF_WRITABLE) < 0)
-        return NULL;
-    if (nbytes < 0 || nbytes > b.len) {
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "buffer smaller than the count given");
-        return NULL;
-    }
-    int who = -1;
-    pt_status_t st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pt_team_broadcast(self->team, root, b.buf, (size_t)nbytes, sig, timeout, &who);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&b);
-    if (st != PT_OK)
-        return raise_status_who(st, who);
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef Team_methods[] = {
-    {"barrier", (PyCFunction)Team_barrier, METH_VARARGS, "barrier(timeout)"},
-    {"allreduce", (PyCFunction)Team_allreduce, METH_VARARGS,
-     "allreduce(op, dtype, in, out, count, algo, sig, timeout)"},
-    {"reduce_scatter", (PyCFunction)Team_reduce_scatter, METH_VARARGS,
-     "reduce_scatter(op, dtype, in, out, count_each, sig, timeout); in holds n*count_each"},
-    {"allgather", (PyCFunction)Team_allgather, METH_VARARGS,
-     "allgather(in, out, nbytes_each, sig, timeout); out holds n*nbytes_each"},
-    {"broadcast", (PyCFunction)Team_broadcast, METH_VARARGS,
-     "broadcast(root_index, buffer, nbytes, sig, timeout)"},
-    {NULL}};
-
-static PyTypeObject TeamType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "collectives._native.Team",
-    .tp_basicsize = sizeof(TeamObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Team(ctx, ranks, keys, slot_bytes, nslots): same-host collectives on staging memory.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Team_init,
-    .tp_dealloc = (destructor)Team_dealloc,
-    .tp_methods = Team_methods,
-};
-
-static PyObject *mod_stage_bytes(PyObject *m, PyObject *args)
-{
-    Py_ssize_t slot;
-    int nslots;
-    if (!PyArg_ParseTuple(args, "ni", &slot, &nslots))
-        return NULL;
-    return PyLong_FromSize_t(pt_team_stage_bytes((size_t)slot, nslots));
-}
 
 static PyObject *mod_set_spin(PyObject *m, PyObject *args)
 {
@@ -966,8 +700,6 @@ static PyObject *mod_set_spin(PyObject *m, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"set_spin", mod_set_spin, METH_VARARGS,
      "set_spin(microseconds): how long waits poll before they sleep."},
-    {"stage_bytes", mod_stage_bytes, METH_VARARGS,
-     "stage_bytes(slot_bytes, nslots): staging each team member registers."},
     {NULL}};
 
 static struct PyModuleDef moduledef = {
@@ -980,7 +712,7 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&RequestType) < 0 ||
-        PyType_Ready(&ContextType) < 0 || PyType_Ready(&TeamType) < 0 ||
+        PyType_Ready(&ContextType) < 0 ||
         PyType_Ready(&AttachmentType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
@@ -993,7 +725,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Segment", (PyObject *)&SegmentType) < 0 ||
         PyModule_AddObjectRef(m, "Request", (PyObject *)&RequestType) < 0 ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) < 0 ||
-        PyModule_AddObjectRef(m, "Team", (PyObject *)&TeamType) < 0 ||
+        pt_py_add_team(m) < 0 ||
         pt_py_add_kernels(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,0 +1,24 @@
+/* Shared by the binding's files: the Context object and turning a status into an exception. */
+#ifndef PT_BINDING_H
+#define PT_BINDING_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "pt.h"
+
+typedef struct {
+    PyObject_HEAD
+    pt_ctx_t *ctx;
+    pt_ctx_t *zombie;       /* closed while attachments lived: destroyed with the object */
+    Py_ssize_t attachments;
+} ContextObject;
+
+extern PyTypeObject ContextType;
+
+/* Set _native.Error(status, errno, text, who) and return NULL. */
+PyObject *pt_py_raise(pt_status_t st, int who);
+
+int pt_py_add_kernels(PyObject *module);
+int pt_py_add_team(PyObject *module);
+
+#endif
