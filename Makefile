@@ -33,6 +33,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/rma.py
+	$(BIN)/mpiexec -n 2 $(BIN)/python bench/collectives.py
+	$(BIN)/python bench/pool.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info collectives/_native*.so
