@@ -101,45 +101,43 @@ const char *pt_kernels_isa(void)
 /* Plain 32-byte vector moves, for 2 KiB .. 1 MiB. glibc's memmove switches to `rep movsb`
  * in that range on many x86 CPUs, which runs at half speed from memory on 4 KiB pages, the pages
  * shared segments have (shmem gets no transparent huge pages by default): exactly the
- * slab and chunk sizes the transports copy. */
-__attribute__((target("avx2"))) static void copy_avx2(uint8_t *d, const uint8_t *s, size_t n)
+ * slab and chunk sizes the transports copy. With `stream`, non-temporal stores: for
+ * destinations not read again soon (a large collective's output), which saves reading every
+ * destination line before writing it. */
+__attribute__((target("avx2"))) static void copy_avx2(uint8_t *d, const uint8_t *s, size_t n,
+                                                      int stream)
 {
     size_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(s + i + 64));
-        __m256i e = _mm256_loadu_si256((const __m256i *)(s + i + 96));
-        _mm256_storeu_si256((__m256i *)(d + i), a);
-        _mm256_storeu_si256((__m256i *)(d + i + 32), b);
-        _mm256_storeu_si256((__m256i *)(d + i + 64), c);
-        _mm256_storeu_si256((__m256i *)(d + i + 96), e);
+    if (stream) {
+        i = (32 - ((uintptr_t)d & 31)) & 31;   /* streaming stores need aligned addresses */
+        i = i > n ? n : i;
+        memcpy(d, s, i);
     }
+    for (; i + 128 <= n; i += 128) {
+        __m256i v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_loadu_si256((const __m256i *)(s + i + 32 * k));
+        for (int k = 0; k < 4; k++) {
+            if (stream)
+                _mm256_stream_si256((__m256i *)(d + i + 32 * k), v[k]);
+            else
+                _mm256_storeu_si256((__m256i *)(d + i + 32 * k), v[k]);
+        }
+    }
+    if (stream)
+        _mm_sfence();
     memcpy(d + i, s + i, n - i);
 }
 
-/* Non-temporal stores: for destinations that will not be read again soon (a large
- * collective's output), which saves the read-for-ownership of every destination line. */
-__attribute__((target("avx2"))) static void copy_stream_avx2(uint8_t *d, const uint8_t *s,
-                                                             size_t n)
+/* 1 when the vector copy may run here (and the kernels were not forced below AVX2). */
+static int copy_vec(void)
 {
-    size_t head = (32 - ((uintptr_t)d & 31)) & 31;
-    if (head > n)
-        head = n;
-    memcpy(d, s, head);
-    size_t i = head;
-    for (; i + 128 <= n; i += 128) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(s + i + 64));
-        __m256i e = _mm256_loadu_si256((const __m256i *)(s + i + 96));
-        _mm256_stream_si256((__m256i *)(d + i), a);
-        _mm256_stream_si256((__m256i *)(d + i + 32), b);
-        _mm256_stream_si256((__m256i *)(d + i + 64), c);
-        _mm256_stream_si256((__m256i *)(d + i + 96), e);
+    static int vec = -1;
+    if (vec < 0) {
+        const char *isa = pt_kernels_isa();
+        vec = strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0;
     }
-    _mm_sfence();
-    memcpy(d + i, s + i, n - i);
+    return vec;
 }
 #endif
 
@@ -148,13 +146,8 @@ void pt__copy_stream(void *dst, const void *src, size_t len)
 #if defined(__x86_64__)
     const uint8_t *s = src;
     uint8_t *d = dst;
-    static int vec = -1;
-    if (vec < 0) {
-        const char *isa = pt_kernels_isa();
-        vec = strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0;
-    }
-    if (vec && len >= 4096 && (d + len <= s || s + len <= d)) {
-        copy_stream_avx2(d, s, len);
+    if (len >= 4096 && copy_vec() && (d + len <= s || s + len <= d)) {
+        copy_avx2(d, s, len, 1);
         return;
     }
 #endif
@@ -168,14 +161,9 @@ void pt_copy(void *dst, const void *src, size_t len)
 #if defined(__x86_64__)
     const uint8_t *s = src;
     uint8_t *d = dst;
-    static int vec = -1;
-    if (vec < 0) {
-        const char *isa = pt_kernels_isa();
-        vec = strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0;
-    }
     /* glibc's own vector loop (with non-temporal stores for large sizes) wins from 1 MiB */
-    if (vec && len >= 2048 && len < (1u << 20) && (d + len <= s || s + len <= d)) {
-        copy_avx2(d, s, len);
+    if (len >= 2048 && len < (1u << 20) && copy_vec() && (d + len <= s || s + len <= d)) {
+        copy_avx2(d, s, len, 0);
         return;
     }
 #endif
