@@ -44,7 +44,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
-from common import KiB, MiB, human_size, now_ns  # noqa: E402
+from common import KiB, MiB, human_size, now_ns, say  # noqa: E402
 
 # This file is itself named collectives.py: take its folder off the path again, so that
 # `import collectives` finds the package (installed, on PYTHONPATH, or the repo) and not us.
@@ -52,12 +52,6 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 sys.path.append(os.path.dirname(HERE))
 
 KINDS = ("allreduce", "allgather")
-VERBOSE = False
-
-
-def say(*what):
-    if VERBOSE:
-        print(f"[rank {os.environ.get('PMI_RANK', '?')}]", *what, file=sys.stderr, flush=True)
 
 
 def parse():
@@ -352,9 +346,8 @@ def report(kind, res, size):
 
 
 def main():
-    global VERBOSE
     a = parse()
-    VERBOSE = a.verbose
+    common.VERBOSE = a.verbose
     from mpi4py import MPI
     import collectives
 

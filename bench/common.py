@@ -359,3 +359,12 @@ def plot_lines(path, title, panels, ncols=2):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+VERBOSE = False   # set by a benchmark's --verbose
+
+
+def say(*what):
+    """Progress on stderr, tagged with the MPI rank, when the benchmark runs with --verbose."""
+    if VERBOSE:
+        print(f"[rank {os.environ.get('PMI_RANK', '?')}]", *what, file=sys.stderr, flush=True)

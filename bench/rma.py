@@ -45,18 +45,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 sys.path.insert(0, HERE)
 import common  # noqa: E402
-from common import KiB, MiB, human_size  # noqa: E402
+from common import KiB, MiB, human_size, say  # noqa: E402
 
 sys.path.remove(HERE)
 sys.path.append(os.path.dirname(HERE))  # the repo, if collectives is neither installed nor on PYTHONPATH
 
 LONG = 3600.0  # the passive rank waits at most this long in a barrier
-VERBOSE = False
-
-
-def say(*what):
-    if VERBOSE:
-        print(f"[rank {os.environ.get('PMI_RANK', '?')}]", *what, file=sys.stderr, flush=True)
 
 
 def parse():
@@ -233,9 +227,8 @@ def report(a, sizes, lat, bw, st, timer_ns):
 
 
 def main():
-    global VERBOSE
     a = parse()
-    VERBOSE = a.verbose
+    common.VERBOSE = a.verbose
     import collectives
     from mpi4py import MPI
 

@@ -15,7 +15,7 @@ touched range in one call (read-modify-write is safe when nobody else writes).
 import numpy as np
 
 from . import prefetch
-from .indexing import SLAB, counterpart, decompose, extent, normalize
+from .indexing import SLAB, contiguous, counterpart, decompose, extent, normalize
 
 
 def slab_read(pool, alloc, k):
@@ -206,7 +206,7 @@ def _write_piece(pool, alloc, k, o, sh, st, dtype, v):
     lo, hi = extent(o, sh, st, it)
     cache = pool.cache
     e = cache.entries.get((heap, m, slot))
-    if _is_contig(sh, st, it):
+    if contiguous(sh, st, it):
         put_bytes(pool, alloc, k, o, np.ascontiguousarray(v, dtype).reshape(-1).view(np.uint8))
         return
     if pool.exclusive:
@@ -221,15 +221,6 @@ def _write_piece(pool, alloc, k, o, sh, st, dtype, v):
     if e is not None:
         np.ndarray(sh, dtype, buffer=cache.ready(e), offset=o, strides=st)[...] = v
     _put_runs(pool.write_win[heap], m, slot * S + o, sh, st, it, v)
-
-
-def _is_contig(sh, st, it):
-    expect = it
-    for n, s in zip(reversed(sh), reversed(st)):
-        if n != 1 and s != expect:
-            return False
-        expect *= n
-    return True
 
 
 def _put_runs(win, m, base, sh, st, it, v):
