@@ -1,9 +1,12 @@
 """The World: who the ranks are, where they live, and how to reach each one.
 
 Bootstrapped once per process (mpiexec, POOLTENSOR_* variables and a TCP rendezvous, or a world
-of one). Endpoint records are exchanged as msgpack through the rendezvous store; same-host peers
-then map each other's control blocks, so barriers and one-sided transfers between them go
-through shared memory with no store traffic.
+of one). Endpoint records are exchanged as msgpack through the rendezvous store; same-machine
+peers then map each other's control blocks, so barriers and one-sided transfers between them go
+through shared memory with no store traffic. Peers on other machines (or every peer, with
+POOLTENSOR_TRANSPORT=tcp) are reached over tcp: every rank then listens, publishes host:port in
+a second round of records, and connects to each tcp peer at once, so that a peer that dies is
+seen even before any transfer to it; connections authenticate with the pool's secret.
 """
 import os
 import socket
@@ -14,17 +17,10 @@ import msgpack
 from . import _native, transport
 from .errors import PeerLost, Timeout, TransportError
 from .rendezvous import store as _store
-from .rendezvous.bootstrap import bootstrap, host_identity
+from .rendezvous.bootstrap import bootstrap, host_identity, machine_identity
 from .window import Window, raise_native
 
-def _machine_id():
-    """hostname/boot-id: equal exactly when two ranks can share memory."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
-    return f"{socket.gethostname()}/{boot}"
+STORE_SLICE = 0.2   # seconds between checks for lost peers in a barrier through the store
 
 
 def _env_timeout():
@@ -45,9 +41,10 @@ class World:
         self._segments = {}
         threads = int(os.environ.get("POOLTENSOR_PROGRESS_THREADS", "1"))
         self._ctx = _native.Context(self.rank, self.size, threads)
-        me = {"rank": self.rank, "topo": host_identity(), "machine": _machine_id(),
+        self._ctx.set_timeout(self.timeout)
+        me = {"rank": self.rank, "topo": host_identity(), "machine": machine_identity(),
               "host": os.environ.get("POOLTENSOR_HOST") or socket.gethostname(),
-              "pid": os.getpid(), "ctrl": list(self._ctx.addr())}
+              "pid": os.getpid(), "ctrl": list(self._ctx.addr()), "force": transport.forced()}
         recs = [msgpack.unpackb(b) for b in self._allgather_bytes(msgpack.packb(me), "world")]
         self.hosts = [r["host"] for r in recs]
         self.host = self.hosts[self.rank]
@@ -55,17 +52,24 @@ class World:
         # overridden by POOLTENSOR_HOST; reachability over shared memory is the real machine's
         topo = [r["topo"] for r in recs]
         ident = [r["machine"] for r in recs]
-        self.local_ranks = [r for r in range(self.size) if topo[r] == topo[self.rank]]
-        self.local_rank = self.local_ranks.index(self.rank)
-        self.local_size = len(self.local_ranks)
         self.pids = [r["pid"] for r in recs]
         self.transports = transport.choose(ident, self.rank)
+        # a host, for the algorithms, is the ranks of one topology host that share memory:
+        # with POOLTENSOR_TRANSPORT=tcp every rank is a host of its own
+        self.local_ranks = [r for r in range(self.size) if topo[r] == topo[self.rank]
+                            and self.transports[r] in ("self", "shm")]
+        self.local_rank = self.local_ranks.index(self.rank)
+        self.local_size = len(self.local_ranks)
         for r in range(self.size):
             if self.transports[r] == "shm":
                 try:
                     self._ctx.connect(r, tuple(recs[r]["ctrl"]))
                 except _native.Error as e:
                     raise_native(e, rank=r, host=self.hosts[r], what="connect")
+        self.listen_address = None
+        # tcp anywhere in the world (every rank decides alike, from every rank's choice)
+        if any("tcp" in transport.choose(ident, r, recs[r]["force"]) for r in range(self.size)):
+            self._setup_tcp(ident)
         if "POOLTENSOR_SPIN_US" not in os.environ:
             # a peer with a core of its own answers within microseconds: poll for a while;
             # with more ranks than cores the peer needs our core, so sleep almost at once
@@ -98,12 +102,33 @@ class World:
         """Gather one msgpack-able object from every rank (for setup, not for data)."""
         return [msgpack.unpackb(b) for b in self._allgather_bytes(msgpack.packb(obj), "obj")]
 
+    def _setup_tcp(self, ident):
+        """Collective: listen, publish host:port, connect to every tcp peer (and check it)."""
+        all_local = all(m == ident[self.rank] for m in ident)
+        try:
+            bind, port, publish = transport.listen_address(all_local, self._boot.coordinator)
+        except ValueError as e:
+            raise TransportError(str(e), rank=self.rank, host=self.host) from None
+        self._ctx.set_secret(self._boot.secret(self.timeout))
+        try:
+            port = self._ctx.listen(bind, port)
+        except _native.Error as e:
+            raise_native(e, rank=self.rank, host=self.host, what=f"listen on {bind}:{port}")
+        self.listen_address = f"{publish}:{port}"
+        eps = self.allgather_object([publish, port])
+        peers = [r for r in range(self.size) if self.transports[r] == "tcp"]
+        for r in peers:
+            self._ctx.connect_tcp(r, eps[r][0], int(eps[r][1]))
+        for r in peers:
+            try:
+                self._ctx.tcp_open(r)
+            except _native.Error as e:
+                raise_native(e, rank=r, host=self.hosts[r],
+                             what=f"tcp connection to {eps[r][0]}:{eps[r][1]}")
+
     def _route(self, rank):
-        t = self.transports[rank]
-        if t == "tcp":
-            raise TransportError("no transport reaches this peer yet: only shared memory "
-                                 "between ranks on one host is built", rank=rank,
-                                 host=self.hosts[rank])
+        """Every transport in self.transports can carry one-sided operations."""
+        return self.transports[rank]
 
     def _lost(self):
         """Dead peers, the first one seen first (the likely cause of the others' exits)."""
@@ -130,7 +155,41 @@ class World:
                                   rank=self.rank, host=self.host) from None
                 raise_native(e, rank=self.rank, host=self.host, what="barrier")
         else:
-            _store.barrier(self._store, self._next_tag("barrier"), self.rank, self.size, timeout)
+            self._store_barrier(self._next_tag("barrier"), timeout)
+
+    def _store_barrier(self, tag, timeout):
+        """The rendezvous store's barrier, waited for in slices so that a peer seen lost
+        (its tcp connection dropped) ends it with PeerLost rather than a Timeout."""
+        import time
+        base = f"bar/{tag}"
+        store = self._store
+        deadline = time.monotonic() + timeout
+        if store.add(f"{base}/in", 1) == self.size:
+            store.set(f"{base}/go", b"1")
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                store.get(f"{base}/go", max(0.0, min(STORE_SLICE, left)))
+                break
+            except Timeout:
+                pass
+            except PeerLost:
+                # rank 0 (the store) left: most likely because it saw the same lost peer
+                lost = self._lost()
+                if lost:
+                    raise PeerLost("barrier: a rank is gone", rank=lost[0],
+                                   host=self.hosts[lost[0]]) from None
+                raise
+            lost = self._lost()
+            if lost and not _has(store, f"{base}/go"):   # gone after the barrier: fine
+                raise PeerLost("barrier: a rank is gone", rank=lost[0],
+                               host=self.hosts[lost[0]]) from None
+            if left <= 0:
+                raise Timeout(f"barrier: not every rank arrived within {timeout} s",
+                              rank=self.rank, host=self.host) from None
+        if store.add(f"{base}/out", 1) == self.size:
+            for name in ("in", "go", "out"):
+                store.delete(f"{base}/{name}")
 
     def alloc(self, nbytes):
         """Shared memory that windows serve directly (atomics included): a uint8 numpy array."""
@@ -218,6 +277,7 @@ class World:
         return {"rank": self.rank, "size": self.size, "local_rank": self.local_rank,
                 "local_size": self.local_size, "host": self.host, "hosts": list(self.hosts),
                 "bootstrap": self.how, "transports": list(self.transports),
+                "listen": self.listen_address,
                 "kernels": _native.kernels_isa() if hasattr(_native, "kernels_isa") else None}
 
     def close(self):
@@ -241,6 +301,14 @@ class World:
     def __repr__(self):
         return (f"<World rank {self.rank}/{self.size} local {self.local_rank}/{self.local_size} "
                 f"host {self.host!r} via {self.how}>")
+
+
+def _has(store, key):
+    try:
+        store.get(key, 0.0)
+        return True
+    except Timeout:
+        return False
 
 
 class _Team:

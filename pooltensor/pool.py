@@ -116,7 +116,8 @@ class Pool:
                  placement="block", materialize_limit=None, advanced_limit=None, procs=(),
                  owns_world=False, attach=None):
         self.world = world
-        self.role = role                       # "spmd", "plain" or "member"
+        self.role = role                       # "spmd", "plain", "member" or "client"
+        client = role == "client"              # memory servers hold every slab (client.py)
         self.me, self.size = world.rank, world.size
         self.spmd = role == "spmd"
         self.coherent = self.spmd and self.size > 1     # other processes cache and write too
@@ -126,7 +127,7 @@ class Pool:
         if memory is None:
             memory = physical_memory() // max(1, world.local_size)
         memory = int(memory)
-        if memory < S:
+        if memory < S and not client:
             raise ValueError(f"memory per member ({memory} B) is less than one slab ({S} B)")
         self.placement = _placement.check(placement, self.size)
         self.materialize_limit = int(materialize_limit or DEFAULT_MATERIALIZE)
@@ -138,18 +139,28 @@ class Pool:
         self.closed = False
         # -- collective setup: the same calls in the same order on every process ----------
         cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role})
+        if client:        # the servers say what they granted; any slab size suits them
+            cfg = [dict(cfg[0], memory=0)] + [dict(c, slab=S, memory=c["memory"] // S * S)
+                                             for c in cfg[1:]]
         if len({c["slab"] for c in cfg}) != 1:
             raise ValueError(f"members disagree on slab_size: {[c['slab'] for c in cfg]}")
         self.capacity = [c["memory"] for c in cfg]       # bytes per heap, per member
         self.nslabs = [c // S for c in self.capacity]
         cap = self.capacity[self.me]
         self.win_rw = world.expose(cap, "rw")
-        self.win_ro = world.expose(cap, "r")
-        self.win_ro_init = None
-        if not self.spmd and self.size > 1:
-            self.win_ro_init = world.expose(self.win_ro.buffer, "rw")
+        if client:
+            # one heap per server, seen through an rw and an r key: the two modes share its
+            # slabs (one allocator below), so the server's memory is counted once
+            self.win_ro = world.expose(self.win_rw.buffer, "r")
+            self.win_ro_init = self.win_rw
+        else:
+            self.win_ro = world.expose(cap, "r")
+            self.win_ro_init = None
+            if not self.spmd and self.size > 1:
+                self.win_ro_init = world.expose(self.win_ro.buffer, "rw")
         self.win_ver = world.expose(8 * self.nslabs[self.me], "rw") if self.coherent else None
-        self.win_ctl = world.expose(64, "rw") if (not self.spmd and self.size > 1) else None
+        self.win_ctl = world.expose(64, "rw") if (not self.spmd and self.size > 1
+                                                  and not client) else None
         self._private = None
         self.local = {"rw": self.win_rw.buffer, "ro": self.win_ro.buffer, "pv": None}
         self.read_win = {"rw": self.win_rw, "ro": self.win_ro}
@@ -167,8 +178,10 @@ class Pool:
         self.write_win = {"rw": self.win_rw, "ro": self.win_ro_init}
         # -- allocation state (every process but a plain script's members) ---------------------
         self._lock = threading.RLock()
-        self._alloc = {"rw": [SlabAllocator(n) for n in self.nslabs],
-                       "ro": [SlabAllocator(n) for n in self.nslabs]}
+        self._alloc = {"rw": [SlabAllocator(n) for n in self.nslabs]}
+        self._alloc["ro"] = (self._alloc["rw"] if client
+                             else [SlabAllocator(n) for n in self.nslabs])
+        self._heap_used = {"rw": [0] * self.size, "ro": [0] * self.size}   # slabs
         self._alloc_pv = SlabAllocator(self.nslabs[self.me])
         self._used = [0] * self.size                      # slabs used in rw + ro, per member
         self._next_id = 0                                  # shared allocations: 1, 2, ...
@@ -215,6 +228,10 @@ class Pool:
         n = -(-int(nbytes) // S)
         with self._lock:
             if heap == "pv":
+                if self.role == "client":
+                    raise ValueError("access='private' means memory of this process, which "
+                                     "lends none to a pool on memory servers: use "
+                                     "'readwrite' or 'readonly'")
                 self._apply(self._pending_pv)
                 self._pending_pv = []
                 a = self._alloc_pv
@@ -238,7 +255,11 @@ class Pool:
                         "calls (creation is collective): use 'block' (a contiguous part on "
                         "each rank), a member list, or access='private' for this rank alone")
                 free = [self.nslabs[m] - self._used[m] for m in range(self.size)]
-                homes = _placement.plan(policy, n, free, self.me)
+                if self.role == "client":
+                    from .client import plan as client_plan
+                    homes = client_plan(policy, n, free)
+                else:
+                    homes = _placement.plan(policy, n, free, self.me)
                 allowed = policy if isinstance(policy, tuple) else range(self.size)
                 homes = _placement.spill(homes, free, allowed)
                 if homes is None:
@@ -259,6 +280,7 @@ class Pool:
                         slots[k] = s
                         fresh[k] = s >= hwm
                     self._used[m] += len(got)
+                    self._heap_used[heap][m] += len(got)
             if heap == "pv":         # private ids are this rank's own: shared ids stay in step
                 self._next_pv -= 1
                 aid = self._next_pv
@@ -294,6 +316,7 @@ class Pool:
                 else:
                     self._alloc[heap][m].free(runs)
                     self._used[m] -= len(ss)
+                    self._heap_used[heap][m] -= len(ss)
                     if m != self.me:
                         self.cache.discard_keys([(heap, m, s) for s in ss])
             self._live -= 1
@@ -393,10 +416,11 @@ class Pool:
             members = []
             for m in range(self.size):
                 rw, ro = self._alloc["rw"][m], self._alloc["ro"][m]
-                used_rw = (rw.nslabs - rw.nfree) * S
-                used_ro = (ro.nslabs - ro.nfree) * S
+                used_rw = self._heap_used["rw"][m] * S
+                used_ro = self._heap_used["ro"][m] * S
                 members.append({
                     "member": m, "host": self.world.hosts[m], "capacity": self.capacity[m],
+                    "transport": self.world.transports[m],
                     "used": used_rw + used_ro, "readwrite": used_rw, "readonly": used_ro,
                     "free": (self.nslabs[m] - self._used[m]) * S,
                     "largest_free_run": {"readwrite": min(rw.largest,
@@ -430,6 +454,9 @@ class Pool:
         except Exception:
             pass
         world = self.world
+        if self.role == "client":
+            world.close()                # the servers free this process's memory
+            return
         if collectives.world.current() is not world:
             return                       # the world was closed already (or replaced)
         if self._procs:                  # a plain script with member processes

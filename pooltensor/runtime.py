@@ -29,7 +29,8 @@ def _launched():
 
 
 def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", memory=None,
-         materialize_limit=None, advanced_limit=None, timeout=None, attach=None):
+         materialize_limit=None, advanced_limit=None, timeout=None, attach=None,
+         connect=None, secret_file=None):
     """Join or build the pool and return it (later calls return the same pool).
 
     Under mpiexec or ``python -m collectives.launch`` every rank is a member (SPMD) and this
@@ -45,13 +46,25 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
     attach: map the memory of members on this machine and read their slabs in place instead
     of copying them through the cache (default $POOLTENSOR_ATTACH, off: the cache and the
     prefetcher are what a pool spanning hosts runs on, and what this keeps exercised).
+
+    connect: memory servers (``pooltensor serve``), e.g. ``["h1:7000", "h2:7000"]`` (default
+    $POOLTENSOR_CONNECT, comma-separated): a plain script's pool whose slabs all live on the
+    servers; ``memory`` is then the bytes asked of each server (default: all it has free) and
+    ``secret_file`` the servers' secret (default $POOLTENSOR_SECRET_FILE, else the file
+    ``pooltensor serve`` makes by default). See pooltensor.client.
     """
     global _pool
     with _init_lock:
         args = dict(members=members, slab_size=slab_size, cache_bytes=cache_bytes,
                     memory=memory, materialize_limit=materialize_limit,
                     advanced_limit=advanced_limit, attach=attach)
+        from . import client
+        if connect is None and members is None and not _launched():
+            connect = client.connect_from_env()
         if _pool is not None and not _pool.closed:
+            if connect is not None and _pool.role != "client":
+                raise ValueError("pooltensor is already initialized without memory servers; "
+                                 "call pooltensor.finalize() first")
             if members is not None and members != _pool.size:
                 raise ValueError(f"pooltensor is already initialized with {_pool.size} "
                                  f"member(s); call pooltensor.finalize() first")
@@ -63,7 +76,17 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
             check_slab_size(slab_size)
         kw = {k: v for k, v in args.items() if k != "members"}
         kw["placement"] = placement
-        if _launched():
+        if connect is not None:
+            if _launched():
+                raise ValueError("connect= is for a plain script; under mpiexec or the "
+                                 "launcher every rank is a member")
+            if members is not None:
+                raise ValueError("connect= and members= exclude each other: with memory "
+                                 "servers, the servers are the members")
+            kw.pop("memory")
+            pool = client.start(connect, secret_file=secret_file, memory=memory,
+                                timeout=timeout, **kw)
+        elif _launched():
             world = collectives.init(timeout)
             if members is not None and int(members) != world.size:
                 raise ValueError(f"members={members}, but this SPMD job has {world.size} "

@@ -34,13 +34,27 @@ def register(kind, name):
     return deco
 
 
-def names(kind):
-    """The algorithms available for `kind`."""
-    return sorted(n for k, n in _REGISTRY if k == kind)
-
-
 # algorithms whose reduction order is rank order whatever the chunking or placement
-DETERMINISTIC = {"oneshot", "twoshot", "shm"}
+DETERMINISTIC = {"oneshot", "twoshot", "shm", "ordered"}
+# algorithms of the native shared-memory team: they need one team over every rank
+TEAM = {"oneshot", "twoshot", "shm"}
+# stands in for the team's rank-order algorithms where no team spans the ranks
+NO_TEAM = {"ordered"}
+
+
+def usable(name, world):
+    """Whether algorithm `name` runs in `world` (the team's need shared memory between all)."""
+    shm = world is None or world._shm_world
+    return (name not in TEAM or shm) and (name not in NO_TEAM or not shm or world is None)
+
+
+def names(kind, world=None):
+    """The algorithms for `kind` that run in `world` (default: the open World, if any; with
+    none, every registered one)."""
+    if world is None:
+        from ..world import current
+        world = current()
+    return sorted(n for k, n in _REGISTRY if k == kind and usable(n, world))
 
 
 def select(kind, nbytes, world, algorithm="auto", deterministic=False):
@@ -59,8 +73,12 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
                              f"{names(kind)}")
         if deterministic and algorithm not in DETERMINISTIC:
             raise ValueError(f"deterministic=True needs a fixed reduction order; algorithm "
-                             f"{algorithm!r} does not have one (use 'auto', 'oneshot' or "
-                             f"'twoshot')")
+                             f"{algorithm!r} does not have one (use 'auto', 'oneshot', "
+                             f"'twoshot' or 'ordered')")
+        if algorithm in TEAM and not world._shm_world:
+            raise ValueError(f"{kind} algorithm {algorithm!r} needs every rank to share memory "
+                             f"(one machine, no POOLTENSOR_TRANSPORT=tcp); here choose 'auto' "
+                             f"or one of {names(kind, world)}")
         return algorithm
     # several topology hosts (a global property: every rank decides alike): within each host
     # over shared memory, between the host leaders over windows
@@ -69,14 +87,16 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
     if not world._shm_world:
         # no shared-memory team spans the ranks: the algorithms written over windows, which
         # run over whatever transport reaches each peer
+        if deterministic and (kind, "ordered") in _REGISTRY:
+            return "ordered"
         if not deterministic:
             if kind in ("allreduce", "allgather") and nbytes <= RECURSIVE_MAX \
                     and (kind, "recursive_doubling") in _REGISTRY:
                 return "recursive_doubling"
             if (kind, "ring") in _REGISTRY:
                 return "ring"
-        raise TransportError("ranks on different machines need the tcp transport, which is "
-                             "not built yet", rank=world.rank, host=world.host)
+        raise TransportError(f"no {kind} algorithm for ranks that do not share memory",
+                             rank=world.rank, host=world.host)
     if kind != "allreduce":
         return "shm"
     return "oneshot" if nbytes <= ONESHOT_MAX else "twoshot"
@@ -88,4 +108,4 @@ def run(kind, name, world, x, out, **opts):
 
 
 from . import shm  # noqa: E402,F401  (registers the shared-memory algorithms)
-from . import ring, recursive, hierarchical  # noqa: E402,F401  (window-based algorithms)
+from . import ring, recursive, hierarchical, ordered  # noqa: E402,F401  (window-based)

@@ -33,7 +33,10 @@ MPI_ENV = (
 )
 ENV_RANK, ENV_SIZE, ENV_COORD = "POOLTENSOR_RANK", "POOLTENSOR_WORLD_SIZE", "POOLTENSOR_COORDINATOR"
 ENV_BIND, ENV_HOST = "POOLTENSOR_BIND", "POOLTENSOR_HOST"
+ENV_SECRET_FILE = "POOLTENSOR_SECRET_FILE"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+NET_NS = "/proc/self/ns/net"
+SECRET_KEY = "bootstrap/secret"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +59,31 @@ class Bootstrap:
     store: Store
     how: str  # "mpi", "env" or "single"
     mpi_comm: object = None  # mpi4py COMM_WORLD when how == "mpi"
+    coordinator: str = None  # the host the others reach rank 0's store at
     _layout: HostLayout = dataclasses.field(default=None, repr=False)
+
+    def secret(self, timeout=None):
+        """The pool's secret (bytes), the same on every rank; collective: every rank calls it.
+
+        $POOLTENSOR_SECRET_FILE when set (every rank reads it; see collectives.control.
+        read_secret for what the file must hold), else 32 random bytes made by rank 0 and
+        handed to the others through the bootstrap (mpi4py broadcast, or the store)."""
+        path = os.environ.get(ENV_SECRET_FILE)
+        if path:
+            from ..control import read_secret
+            try:
+                return read_secret(path)
+            except ValueError as e:
+                raise BootstrapError(f"{ENV_SECRET_FILE}: {e}", rank=self.rank) from None
+        if self.size == 1:
+            return os.urandom(32)
+        if self.mpi_comm is not None:
+            return self.mpi_comm.bcast(os.urandom(32) if self.rank == 0 else None, root=0)
+        if self.rank == 0:
+            value = os.urandom(32)
+            self.store.set(SECRET_KEY, value)
+            return value
+        return bytes(self.store.get(SECRET_KEY, resolve_timeout(timeout, self.store.timeout)))
 
     def layout(self, timeout=None):
         """This rank's ``HostLayout``, computed once with an allgather of host identities."""
@@ -101,24 +128,36 @@ class Bootstrap:
         self.close()
 
 
-def host_identity():
-    """A string equal for two ranks exactly when they run on the same kernel (same host).
+def _net_namespace():
+    """Inode of this process's network namespace ("" where /proc does not say)."""
+    try:
+        return str(os.stat(NET_NS).st_ino)
+    except OSError:
+        return ""
 
-    Hostname alone is not enough: containers on different machines may share one. The kernel's
-    boot id tells kernels apart, while network namespaces on one kernel (which can still share
-    memory) keep the same id. ``$POOLTENSOR_HOST`` overrides it, e.g. to pretend ranks are on
-    different hosts in tests.
-    """
-    override = os.environ.get(ENV_HOST)
-    if override:
-        return override
+
+def machine_identity():
+    """A string equal for two ranks exactly when they can share memory and each other's
+    loopback: hostname, kernel boot id and network namespace.
+
+    Hostname alone is not enough: containers on different machines may share one; the boot id
+    tells kernels apart. Ranks in different network namespaces of one kernel count as different
+    machines: that is how several hosts are tried out on one box (and a container with its own
+    network is treated as a host of its own)."""
     try:
         with open(BOOT_ID) as f:
             boot = f.read().strip()
     except OSError:
         boot = ""
     name = socket.gethostname()
-    return f"{name}/{boot}" if boot else name
+    return "/".join(x for x in (name, boot, _net_namespace()) if x)
+
+
+def host_identity():
+    """The host a rank counts as for topology (hierarchical algorithms, the pool's members):
+    ``$POOLTENSOR_HOST`` when set (e.g. to pretend ranks are on different hosts in tests), else
+    machine_identity()."""
+    return os.environ.get(ENV_HOST) or machine_identity()
 
 
 def host_layout(store, rank, size, timeout=None, tag="hosts"):
@@ -197,7 +236,7 @@ def _from_env(timeout):
         store = TCPStore(os.environ.get(ENV_BIND) or host, port, is_server=True, timeout=timeout)
     else:
         store = TCPStore(host, port, timeout=timeout)
-    return Bootstrap(rank, size, store, "env")
+    return Bootstrap(rank, size, store, "env", coordinator=host)
 
 
 def _advertised_address():
@@ -237,11 +276,12 @@ def _from_mpi(var, timeout):
             comm.bcast(str(e), root=0)  # tell the others, so they fail now instead of hanging
             raise
         wildcard = bind in ("0.0.0.0", "::", "")
-        comm.bcast((_advertised_address() if wildcard else bind, store.port), root=0)
+        address = (_advertised_address() if wildcard else bind, store.port)
+        comm.bcast(address, root=0)
     else:
         address = comm.bcast(None, root=0)
         if isinstance(address, str):
             raise BootstrapError(f"rank 0 could not start the rendezvous server: {address}",
                                  rank=0)
         store = TCPStore(address[0], address[1], timeout=timeout)
-    return Bootstrap(rank, size, store, "mpi", comm)
+    return Bootstrap(rank, size, store, "mpi", comm, coordinator=address[0])

@@ -1,26 +1,38 @@
 """Transports: how bytes reach a peer. Every transport serves the same one-sided operations
 (get, put, fetch_add, compare_swap, notify) behind the native context; this module only chooses
-one per peer.
+one per peer, and where a rank listens for tcp.
 
 - ``shm``: same machine; the peer's segments are mapped and copied directly (native/src/rma.c).
-- ``tcp``: between machines; not built yet, so such peers are refused with a clear error.
+- ``tcp``: between machines; served at the target by native threads, authenticated with the
+  pool's secret (native/src/tcp_*.c). ``POOLTENSOR_TRANSPORT=tcp`` uses it on one machine too.
+
+A machine is (hostname, boot id, network namespace): ranks in different network namespaces
+cannot reach each other's loopback, so they are different machines to the transports (which is
+how several hosts are tried out on one box).
 """
 import os
+import socket
 
 TRANSPORTS = ("shm", "tcp")
+ENV_TRANSPORT, ENV_LISTEN = "POOLTENSOR_TRANSPORT", "POOLTENSOR_LISTEN"
+WILDCARDS = ("", "0.0.0.0", "::", "*")
 
 
 def forced():
     """The transport named by POOLTENSOR_TRANSPORT, or None; ValueError for an unknown name."""
-    name = os.environ.get("POOLTENSOR_TRANSPORT", "").strip().lower() or None
+    name = os.environ.get(ENV_TRANSPORT, "").strip().lower() or None
     if name and name not in TRANSPORTS:
-        raise ValueError(f"POOLTENSOR_TRANSPORT={name!r}: choose one of {TRANSPORTS}")
+        raise ValueError(f"{ENV_TRANSPORT}={name!r}: choose one of {TRANSPORTS}")
     return name
 
 
-def choose(machines, rank):
-    """The transport to each rank: 'self', 'shm' on this machine, 'tcp' elsewhere, or forced."""
-    force = forced()
+_UNSET = object()
+
+
+def choose(machines, rank, force=_UNSET):
+    """The transport to each rank: 'self', 'shm' on this machine, 'tcp' elsewhere, or `force`
+    (default: POOLTENSOR_TRANSPORT). Symmetric: rank a's choice for b is b's for a."""
+    force = forced() if force is _UNSET else force
     out = []
     for r, m in enumerate(machines):
         if r == rank:
@@ -28,3 +40,53 @@ def choose(machines, rank):
         else:
             out.append(force or ("shm" if m == machines[rank] else "tcp"))
     return out
+
+
+def facing_address(host):
+    """This machine's address on the route to `host` (the interface that faces it), or None.
+
+    A UDP connect sends nothing; it only asks the kernel which source address it would use."""
+    if not host or host in WILDCARDS:
+        return None
+    try:
+        infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
+    except OSError:
+        return None
+    for family, kind, proto, _, addr in infos:
+        s = socket.socket(family, kind, proto)
+        try:
+            s.connect(addr)
+            return s.getsockname()[0]
+        except OSError:
+            continue
+        finally:
+            s.close()
+    return None
+
+
+def listen_address(all_local, coordinator):
+    """(host to bind, port, host to publish) for this rank's tcp listener.
+
+    POOLTENSOR_LISTEN=host or host:port when set; else loopback when every peer is on this
+    machine; else the address facing the coordinator (the interface the others reach us on).
+    A wildcard bind publishes the facing address (or the hostname)."""
+    raw = os.environ.get(ENV_LISTEN, "").strip()
+    port = 0
+    if raw:
+        host, sep, p = raw.rpartition(":")
+        if not sep or ("]" not in raw and raw.count(":") > 1):   # bare host (or IPv6 address)
+            host, p = raw, ""
+        host = host.strip("[]")
+        if p:
+            if not p.isdigit() or not 0 <= int(p) <= 65535:
+                raise ValueError(f"{ENV_LISTEN} must be host or host:port, not {raw!r}")
+            port = int(p)
+    elif all_local:
+        host = "127.0.0.1"
+    else:
+        host = facing_address(coordinator) or "0.0.0.0"
+    publish = host
+    if host in WILDCARDS:
+        host = "0.0.0.0" if host in ("", "*") else host
+        publish = facing_address(coordinator) or socket.gethostname()
+    return host, port, publish

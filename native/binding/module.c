@@ -422,8 +422,10 @@ static PyObject *Context_deregister(ContextObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* Transfers below this many bytes run with the GIL held: releasing it costs more. */
+/* Transfers below this many bytes run with the GIL held: releasing it costs more. Not so
+ * for a peer over tcp: the call waits on the network. */
 #define PT_GIL_THRESHOLD 8192
+#define HOLD_GIL(c, rank, len) ((len) < PT_GIL_THRESHOLD && pt_ctx_transport((c), (rank)) != 2)
 
 static PyObject *Context_get(ContextObject *self, PyObject *args)
 {
@@ -434,7 +436,7 @@ static PyObject *Context_get(ContextObject *self, PyObject *args)
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
     if (self->ctx) {
-        if (b.len < PT_GIL_THRESHOLD) {
+        if (HOLD_GIL(self->ctx, rank, b.len)) {
             st = pt_get(self->ctx, rank, key, off, b.buf, (size_t)b.len);
         } else {
             Py_BEGIN_ALLOW_THREADS
@@ -457,7 +459,7 @@ static PyObject *Context_put(ContextObject *self, PyObject *args)
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
     if (self->ctx) {
-        if (b.len < PT_GIL_THRESHOLD) {
+        if (HOLD_GIL(self->ctx, rank, b.len)) {
             st = pt_put(self->ctx, rank, key, off, b.buf, (size_t)b.len);
         } else {
             Py_BEGIN_ALLOW_THREADS
@@ -492,10 +494,15 @@ static PyObject *submit_async(ContextObject *self, PyObject *args, int is_put)
         PyErr_SetString(PyExc_ValueError, "context is closed");
         return NULL;
     }
-    pt_status_t st = is_put ? pt_put_async(self->ctx, rank, key, off, r->buf.buf,
-                                           (size_t)r->buf.len, &r->req)
-                            : pt_get_async(self->ctx, rank, key, off, r->buf.buf,
-                                           (size_t)r->buf.len, &r->req);
+    pt_ctx_t *c = self->ctx;
+    pt_status_t st;
+    /* over tcp a submit may make the connection or wait for a free slot */
+    int slow = pt_ctx_transport(c, rank) == 2;
+    PyThreadState *ts = slow ? PyEval_SaveThread() : NULL;
+    st = is_put ? pt_put_async(c, rank, key, off, r->buf.buf, (size_t)r->buf.len, &r->req)
+                : pt_get_async(c, rank, key, off, r->buf.buf, (size_t)r->buf.len, &r->req);
+    if (ts)
+        PyEval_RestoreThread(ts);
     if (st != PT_OK) {
         Py_DECREF(r);
         return raise_status(st);
@@ -523,7 +530,15 @@ static PyObject *Context_fetch_add(ContextObject *self, PyObject *args)
         return NULL;
     CTX(self);
     int64_t old;
-    pt_status_t st = pt_fetch_add(self->ctx, rank, key, off, v, &old);
+    pt_status_t st;
+    pt_ctx_t *c = self->ctx;
+    if (HOLD_GIL(c, rank, 0)) {
+        st = pt_fetch_add(c, rank, key, off, v, &old);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        st = pt_fetch_add(c, rank, key, off, v, &old);
+        Py_END_ALLOW_THREADS
+    }
     if (st != PT_OK)
         return raise_status(st);
     return PyLong_FromLongLong(old);
@@ -538,7 +553,15 @@ static PyObject *Context_compare_swap(ContextObject *self, PyObject *args)
         return NULL;
     CTX(self);
     int64_t old;
-    pt_status_t st = pt_compare_swap(self->ctx, rank, key, off, e, d, &old);
+    pt_status_t st;
+    pt_ctx_t *c = self->ctx;
+    if (HOLD_GIL(c, rank, 0)) {
+        st = pt_compare_swap(c, rank, key, off, e, d, &old);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        st = pt_compare_swap(c, rank, key, off, e, d, &old);
+        Py_END_ALLOW_THREADS
+    }
     if (st != PT_OK)
         return raise_status(st);
     return PyLong_FromLongLong(old);
@@ -608,7 +631,15 @@ static PyObject *Context_notify(ContextObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "iKKL", &rank, &key, &off, &v))
         return NULL;
     CTX(self);
-    pt_status_t st = pt_notify(self->ctx, rank, key, off, v);
+    pt_status_t st;
+    pt_ctx_t *c = self->ctx;
+    if (HOLD_GIL(c, rank, 0)) {
+        st = pt_notify(c, rank, key, off, v);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        st = pt_notify(c, rank, key, off, v);
+        Py_END_ALLOW_THREADS
+    }
     if (st != PT_OK)
         return raise_status(st);
     Py_RETURN_NONE;
@@ -675,6 +706,21 @@ static PyMethodDef Context_methods[] = {
      "fetch_add(rank, key, offset, value) -> old int64"},
     {"compare_swap", (PyCFunction)Context_compare_swap, METH_VARARGS,
      "compare_swap(rank, key, offset, expected, new) -> old int64"},
+    {"set_secret", (PyCFunction)pt_py_set_secret, METH_VARARGS,
+     "set_secret(secret: bytes, at least 16 long): the key tcp peers authenticate with."},
+    {"set_timeout", (PyCFunction)pt_py_set_timeout, METH_VARARGS,
+     "set_timeout(seconds): how long a tcp operation or connection may take."},
+    {"listen", (PyCFunction)pt_py_listen, METH_VARARGS,
+     "listen(host, port) -> bound port: serve this context's registrations over tcp."},
+    {"connect_tcp", (PyCFunction)pt_py_connect_tcp, METH_VARARGS,
+     "connect_tcp(rank, host, port): reach rank over tcp (connected on first use)."},
+    {"tcp_open", (PyCFunction)pt_py_tcp_open, METH_VARARGS,
+     "tcp_open(rank): make the tcp connection to rank now instead of on first use."},
+    {"tcp_stats", (PyCFunction)pt_py_tcp_stats, METH_NOARGS,
+     "tcp_stats() -> dict: accepted, active, auth_failures, bad_frames, requests, bytes_in, "
+     "bytes_out of this context's tcp server."},
+    {"transport", (PyCFunction)pt_py_transport, METH_VARARGS,
+     "transport(rank) -> 'shm', 'tcp' or 'none': how rank is reached."},
     {NULL}};
 
 PyTypeObject ContextType = {
@@ -700,6 +746,9 @@ static PyObject *mod_set_spin(PyObject *m, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"set_spin", mod_set_spin, METH_VARARGS,
      "set_spin(microseconds): how long waits poll before they sleep."},
+    {"hmac_sha256", pt_py_hmac_sha256, METH_VARARGS,
+     "hmac_sha256(key, message) -> 32 bytes (the tcp transport's own HMAC)."},
+    {"sha256", pt_py_sha256, METH_VARARGS, "sha256(message) -> 32 bytes."},
     {NULL}};
 
 static struct PyModuleDef moduledef = {
@@ -732,7 +781,8 @@ PyMODINIT_FUNC PyInit__native(void)
     }
     static const char *names[] = {"OK", "ERR_INVALID", "ERR_NOMEM", "ERR_SYS", "ERR_KEY",
                                   "ERR_BOUNDS", "ERR_MODE", "ERR_ALIGN", "ERR_UNSUPPORTED",
-                                  "ERR_TIMEOUT", "ERR_PEER_LOST", "ERR_CLOSED", "ERR_MISMATCH"};
+                                  "ERR_TIMEOUT", "ERR_PEER_LOST", "ERR_CLOSED", "ERR_MISMATCH",
+                                  "ERR_AUTH"};
     for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++)
         if (PyModule_AddIntConstant(m, names[i], i) < 0) {
             Py_DECREF(m);

@@ -28,6 +28,7 @@ typedef enum {
     PT_ERR_PEER_LOST,
     PT_ERR_CLOSED,
     PT_ERR_MISMATCH,      /* ranks called a collective with different arguments */
+    PT_ERR_AUTH,          /* tcp: the peer does not know the same secret */
 } pt_status_t;
 
 typedef enum {
@@ -117,6 +118,43 @@ pt_status_t pt_req_wait(pt_req_t *req, double timeout);
 int pt_req_test(pt_req_t *req, pt_status_t *st);
 /* Drop the caller's reference; the request is freed once complete. */
 void pt_req_release(pt_req_t *req);
+
+/* ---- tcp: one-sided operations between machines, served at the target by native threads ----
+ *
+ * Every context can serve its registrations over tcp (pt_ctx_listen) and reach peers over tcp
+ * (pt_ctx_connect_tcp); both ends must hold the same secret (HMAC-SHA256 challenge-response in
+ * both directions before any request). Once a rank has a tcp address, get/put/atomics/notify/
+ * put_indexed and the async requests to it go over tcp (attach: PT_ERR_UNSUPPORTED). A dropped
+ * connection marks the peer lost and fails its requests in flight with PT_ERR_PEER_LOST; a
+ * request not answered within the context's timeout fails with PT_ERR_TIMEOUT. A context made
+ * as pt_ctx_create(0, 1, ...) serves any authenticated client (a memory server). */
+
+/* The shared secret: at least 16 bytes. Needed before listen or the first tcp connection. */
+pt_status_t pt_ctx_set_secret(pt_ctx_t *ctx, const void *secret, size_t len);
+/* Seconds a tcp operation (and a connection attempt) may take before PT_ERR_TIMEOUT; default
+ * $POOLTENSOR_TIMEOUT or 60. */
+pt_status_t pt_ctx_set_timeout(pt_ctx_t *ctx, double seconds);
+/* Serve this ctx's registrations on host:port (port 0: any; host NULL or "": 127.0.0.1);
+ * *port_out: the bound port. One listener per context. */
+pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_out);
+/* Reach `rank` over tcp at host:port; the connection is made on first use. */
+pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int port);
+/* Make the connection to rank now rather than on first use (so that its loss is seen even
+ * before any request); PT_OK once it is up and authenticated. */
+pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank);
+/* Server-side counters of this context's listener: connections accepted and open now,
+ * handshakes failed, frames refused as malformed (each closed its connection), requests
+ * served, and bytes received and sent on served connections (headers included). */
+typedef struct {
+    uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
+} pt_tcp_stats_t;
+void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out);
+/* How rank is reached: 0 not at all, 1 this process or shared memory, 2 tcp. */
+int pt_ctx_transport(pt_ctx_t *ctx, int rank);
+
+/* SHA-256 and HMAC-SHA256 (the transport's own, exposed for tests and tools). */
+void pt_sha256(const void *msg, size_t len, uint8_t out[32]);
+void pt_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32]);
 
 /* ---- signals: one-sided notification, for algorithms built on windows ---- */
 

@@ -34,6 +34,14 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
     ctx->next_gen = 1;
     ctx->wake_fd = -1;
     atomic_store(&ctx->first_lost, -1);
+    const char *tenv = getenv("POOLTENSOR_TIMEOUT");
+    ctx->timeout = tenv && atof(tenv) > 0 ? atof(tenv) : 60.0;
+    pthread_rwlockattr_t rwa;
+    pthread_rwlockattr_init(&rwa);
+    /* a deregistration must not starve behind a stream of served requests */
+    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&ctx->serve_lock, &rwa);
+    pthread_rwlockattr_destroy(&rwa);
     pthread_mutex_init(&ctx->reg_lock, NULL);
     pthread_mutex_init(&ctx->q_lock, NULL);
     pthread_cond_init(&ctx->q_cond, NULL);
@@ -74,6 +82,7 @@ err_ctrl:
 err_peers:
     free(ctx->peers);
 err_free:
+    pthread_rwlock_destroy(&ctx->serve_lock);
     free(ctx);
     return st;
 }
@@ -103,12 +112,17 @@ void pt_ctx_destroy(pt_ctx_t *ctx)
 {
     if (!ctx)
         return;
+    /* stop serving first (nothing touches our memory after), then our own requests */
+    pt__tcp_server_stop(ctx);
+    pt__tcp_client_stop(ctx);
     pt__monitor_stop(ctx);
     pt__progress_stop(ctx);
     for (int i = 0; i < ctx->size; i++)
         peer_unmap(&ctx->peers[i]);
     free(ctx->peers);
     pt_segment_destroy(ctx->ctrl_seg);
+    pthread_rwlock_destroy(&ctx->serve_lock);
+    explicit_bzero(ctx->secret, sizeof(ctx->secret));
     free(ctx);
 }
 
@@ -166,6 +180,15 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
 
 int pt_ctx_first_lost(pt_ctx_t *ctx) { return atomic_load(&ctx->first_lost); }
 
+void pt__peer_mark_lost(pt_ctx_t *ctx, int rank)
+{
+    if (rank < 0 || rank >= ctx->size || rank == ctx->rank)
+        return;
+    int none = -1;
+    atomic_store(&ctx->peers[rank].lost, 1);
+    atomic_compare_exchange_strong(&ctx->first_lost, &none, rank);
+}
+
 int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank)
 {
     if (rank < 0 || rank >= ctx->size)
@@ -198,6 +221,7 @@ pt_status_t pt_ctx_add_segment(pt_ctx_t *ctx, pt_segment_t *seg)
 
 pt_status_t pt_ctx_remove_segment(pt_ctx_t *ctx, pt_segment_t *seg)
 {
+    pthread_rwlock_wrlock(&ctx->serve_lock); /* no tcp request is inside it after this */
     pthread_mutex_lock(&ctx->reg_lock);
     pt_status_t st = PT_ERR_INVALID;
     for (int s = 0; s < PT_MAX_SEGS; s++) {
@@ -215,6 +239,7 @@ pt_status_t pt_ctx_remove_segment(pt_ctx_t *ctx, pt_segment_t *seg)
         break;
     }
     pthread_mutex_unlock(&ctx->reg_lock);
+    pthread_rwlock_unlock(&ctx->serve_lock);
     return st;
 }
 
@@ -258,10 +283,12 @@ pt_status_t pt_ctx_deregister(pt_ctx_t *ctx, uint64_t key)
     uint64_t slot = key & 0xffff;
     if (slot >= PT_MAX_REGS)
         return PT_ERR_KEY;
+    pthread_rwlock_wrlock(&ctx->serve_lock); /* no tcp request is inside it after this */
     pthread_mutex_lock(&ctx->reg_lock);
     uint64_t expected = key;
     int ok = atomic_compare_exchange_strong(&ctx->ctrl->regs[slot].key, &expected, 0);
     pthread_mutex_unlock(&ctx->reg_lock);
+    pthread_rwlock_unlock(&ctx->serve_lock);
     return ok ? PT_OK : PT_ERR_KEY;
 }
 

@@ -62,6 +62,7 @@ typedef struct {
     pthread_mutex_t lock;                 /* taken only to map a segment */
     _Atomic(pt_map_t *) maps[PT_MAX_SEGS];
     pt_map_t *retired;                    /* replaced mappings, unmapped at destroy */
+    struct pt_tcp_peer *tcp;              /* set: this peer is reached over tcp (tcp_client.c) */
 } pt_peer_t;
 
 struct pt_req {
@@ -74,6 +75,18 @@ struct pt_req {
     void *buf;
     size_t len;
     struct pt_req *next;
+    /* tcp requests (tcp_client.c); the fields below are guarded by their connection's lock */
+    int op;                               /* PT_TCP_OP_* */
+    int64_t a, b, old;                    /* operands; the old value an atomic returns */
+    const uint64_t *offs;                 /* put_indexed: n offsets, items of itemsize */
+    size_t n, itemsize;
+    uint64_t lo, span;                    /* put_indexed: the whole set's range */
+    uint64_t id;
+    size_t sent;                          /* bytes (put_indexed: items) framed so far */
+    uint32_t frames, frames_sent, replied;
+    int busy;                             /* threads moving bytes of buf outside the lock */
+    int finished;                         /* outcome known; published once not busy */
+    double deadline;
 };
 
 struct pt_ctx {
@@ -96,6 +109,13 @@ struct pt_ctx {
     pthread_t monitor;
     int monitor_started;
     int wake_fd;
+    /* tcp: the shared secret, the timeout of synchronous operations, the server */
+    uint8_t secret[64];                   /* longer secrets are kept as their SHA-256 */
+    size_t secret_len;
+    double timeout;
+    pthread_rwlock_t serve_lock;          /* read: a server thread touching registered memory;
+                                             write: deregistration, segment removal */
+    struct pt_tcp_server *server;
 };
 
 pt_status_t pt__sys(void);             /* records errno, returns PT_ERR_SYS */
@@ -115,5 +135,26 @@ void pt__progress_stop(pt_ctx_t *ctx);
 pt_status_t pt__monitor_start(pt_ctx_t *ctx);
 void pt__monitor_stop(pt_ctx_t *ctx);
 void pt__monitor_poke(pt_ctx_t *ctx);
+void pt__peer_mark_lost(pt_ctx_t *ctx, int rank);
+
+/* Registration lookup on a control block: key, bounds [off, off+len) and mode. On success
+ * *seg is the segment slot (or -1: *where is an address) and *where the offset in it. */
+pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
+                           int write, int *seg, uint64_t *where);
+
+/* sha256.c */
+void pt__hmac_parts(const void *key, size_t klen, const void *const *parts, const size_t *lens,
+                    int n, uint8_t out[32]);
+int pt__ct_equal(const void *a, const void *b, size_t len);
+
+/* tcp_client.c / tcp_server.c: one-sided operations to a peer reached over tcp */
+pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t off, void *buf,
+                       size_t len, pt_req_t **async_out);
+pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64_t off,
+                           int64_t a, int64_t b, int64_t *old_out);
+pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
+                                size_t n, size_t itemsize, const void *src);
+void pt__tcp_client_stop(pt_ctx_t *ctx);
+void pt__tcp_server_stop(pt_ctx_t *ctx);
 
 #endif

@@ -102,12 +102,16 @@ static pt_status_t submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uin
 pt_status_t pt_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len,
                          pt_req_t **out)
 {
+    if (out && rank >= 0 && rank < ctx->size && ctx->peers[rank].tcp)
+        return pt__tcp_rw(ctx, rank, 0, key, off, dst, len, out); /* in flight on its socket */
     return submit(ctx, 0, rank, key, off, dst, len, out);
 }
 
 pt_status_t pt_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                          size_t len, pt_req_t **out)
 {
+    if (out && rank >= 0 && rank < ctx->size && ctx->peers[rank].tcp)
+        return pt__tcp_rw(ctx, rank, 1, key, off, (void *)(uintptr_t)src, len, out);
     return submit(ctx, 1, rank, key, off, (void *)(uintptr_t)src, len, out);
 }
 

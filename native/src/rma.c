@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "tcp_proto.h"
 
 int pt__open_peer_fd(int32_t pid, int32_t fd, int *writable);
 
@@ -20,20 +21,13 @@ typedef struct {
     uint32_t access;
 } pt_target_t;
 
-static pt_status_t lookup(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
-                          int write, pt_target_t *out)
+pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
+                           int write, int *seg, uint64_t *where)
 {
-    if (rank < 0 || rank >= ctx->size)
-        return PT_ERR_INVALID;
-    pt_peer_t *p = &ctx->peers[rank];
-    if (!p->connected)
-        return PT_ERR_INVALID;
-    if (atomic_load_explicit(&p->lost, memory_order_relaxed))
-        return PT_ERR_PEER_LOST;
     uint64_t slot = key & 0xffff;
     if (slot >= PT_MAX_REGS || key == 0)
         return PT_ERR_KEY;
-    pt_ctrl_reg_t *reg = &p->ctrl->regs[slot];
+    const pt_ctrl_reg_t *reg = &ctrl->regs[slot];
     if (atomic_load_explicit(&reg->key, memory_order_acquire) != key)
         return PT_ERR_KEY;
     pt_ctrl_reg_t r;
@@ -48,10 +42,31 @@ static pt_status_t lookup(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, s
         return PT_ERR_BOUNDS;
     if (write && !(r.access & 2))
         return PT_ERR_MODE;
-    out->seg = r.seg;
-    out->where = r.off + off;
-    out->access = r.access;
+    *seg = r.seg;
+    *where = r.off + off;
     return PT_OK;
+}
+
+static pt_status_t lookup(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
+                          int write, pt_target_t *out)
+{
+    if (rank < 0 || rank >= ctx->size)
+        return PT_ERR_INVALID;
+    pt_peer_t *p = &ctx->peers[rank];
+    if (!p->connected)
+        return PT_ERR_INVALID;
+    if (atomic_load_explicit(&p->lost, memory_order_relaxed))
+        return PT_ERR_PEER_LOST;
+    pt_status_t st = pt__reg_lookup(p->ctrl, key, off, len, write, &out->seg, &out->where);
+    if (st == PT_OK)
+        out->access = write ? 3 : 1;
+    return st;
+}
+
+/* A peer reached over tcp (tcp_client.c serves it): rank already checked by the caller. */
+static int is_tcp(pt_ctx_t *ctx, int rank)
+{
+    return rank >= 0 && rank < ctx->size && ctx->peers[rank].tcp != NULL;
 }
 
 /* The mapping of a peer's segment slot, made on first use and remade if the slot changed. */
@@ -172,6 +187,8 @@ static pt_status_t cma(pt_ctx_t *ctx, int rank, uint64_t addr, void *buf, size_t
 
 pt_status_t pt_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len)
 {
+    if (is_tcp(ctx, rank))
+        return pt__tcp_rw(ctx, rank, 0, key, off, dst, len, NULL);
     uint8_t *src;
     pt_target_t t;
     pt_status_t st = resolve(ctx, rank, key, off, len, 0, &src, &t);
@@ -188,6 +205,8 @@ pt_status_t pt_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *ds
 pt_status_t pt_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                    size_t len)
 {
+    if (is_tcp(ctx, rank))
+        return pt__tcp_rw(ctx, rank, 1, key, off, (void *)(uintptr_t)src, len, NULL);
     uint8_t *dst;
     pt_target_t t;
     pt_status_t st = resolve(ctx, rank, key, off, len, 1, &dst, &t);
@@ -220,6 +239,8 @@ static pt_status_t atomic_target(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
 pt_status_t pt_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
                          int64_t *old_out)
 {
+    if (is_tcp(ctx, rank))
+        return pt__tcp_atomic(ctx, rank, PT_TCP_OP_FETCH_ADD, key, off, v, 0, old_out);
     _Atomic int64_t *p;
     pt_status_t st = atomic_target(ctx, rank, key, off, &p);
     if (st != PT_OK)
@@ -231,6 +252,8 @@ pt_status_t pt_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, in
 pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t expected,
                             int64_t desired, int64_t *old_out)
 {
+    if (is_tcp(ctx, rank))
+        return pt__tcp_atomic(ctx, rank, PT_TCP_OP_CSWAP, key, off, expected, desired, old_out);
     _Atomic int64_t *p;
     pt_status_t st = atomic_target(ctx, rank, key, off, &p);
     if (st != PT_OK)
@@ -253,6 +276,8 @@ static _Atomic uint32_t *low_word(const void *p)
 
 pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v)
 {
+    if (is_tcp(ctx, rank))
+        return pt__tcp_atomic(ctx, rank, PT_TCP_OP_NOTIFY, key, off, v, 0, NULL);
     _Atomic int64_t *p;
     pt_status_t st = atomic_target(ctx, rank, key, off, &p);
     if (st != PT_OK)
@@ -294,6 +319,8 @@ pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int
 pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
                         uint8_t **ptr)
 {
+    if (is_tcp(ctx, rank))
+        return PT_ERR_UNSUPPORTED;
     pt_target_t t;
     pt_status_t st = resolve(ctx, rank, key, off, len, 1, ptr, &t);
     if (st == PT_OK && !*ptr)
@@ -304,6 +331,8 @@ pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, siz
 pt_status_t pt_attach(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len, int write,
                       void **ptr)
 {
+    if (is_tcp(ctx, rank))
+        return PT_ERR_UNSUPPORTED; /* nothing to map: the memory is on another machine */
     uint8_t *p;
     pt_target_t t;
     pt_status_t st = resolve(ctx, rank, key, off, len, write, &p, &t);
@@ -322,6 +351,8 @@ pt_status_t pt_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t
         return PT_OK;
     if (!offs || !src || itemsize == 0)
         return PT_ERR_INVALID;
+    if (is_tcp(ctx, rank))
+        return pt__tcp_put_indexed(ctx, rank, key, offs, n, itemsize, src);
     uint64_t lo = offs[0], hi = offs[0];
     for (size_t i = 1; i < n; i++) {
         lo = offs[i] < lo ? offs[i] : lo;

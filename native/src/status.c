@@ -29,6 +29,7 @@ const char *pt_status_str(pt_status_t st)
     case PT_ERR_PEER_LOST: return "peer process is gone";
     case PT_ERR_CLOSED: return "closed";
     case PT_ERR_MISMATCH: return "ranks called the collective with different arguments";
+    case PT_ERR_AUTH: return "authentication failed: the peer holds a different secret";
     }
     return "unknown status";
 }

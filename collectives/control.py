@@ -1,0 +1,214 @@
+"""The control channel between a process and a memory server: secrets, frames, handshake.
+
+Why a channel apart from the data path: asking for memory, and learning when a client is gone
+so its memory can be freed, are rare and need a lifetime (a connection that ends when the
+client ends); bytes move only over the native transport, never through this Python.
+
+Frames: a 4-byte little-endian length, then that many bytes of msgpack (a map). A frame
+longer than MAX_FRAME, bytes that are not msgpack, or anything but a map ends the connection.
+
+Handshake (HMAC-SHA256 over the shared secret; each side proves it knows it, and nonces from
+both sides make every exchange fresh, so a recorded one cannot be replayed; the two proofs use
+different labels, so one side's proof cannot be reflected back as the other's):
+
+    server -> client  {"hello": "pooltensor-serve", "version": 1, "nonce": Ns}
+    client -> server  {"nonce": Nc, "mac": HMAC(secret, CLIENT_LABEL + Ns + Nc)}
+    server -> client  {"mac": HMAC(secret, SERVER_LABEL + Nc + Ns), ...server facts}
+                      or {"error": "authentication failed"} and the connection closes
+
+Secrets: a file of at least 16 bytes (trailing whitespace ignored), readable by its owner
+only. ``python -c "import secrets; print(secrets.token_hex(32))" > F; chmod 600 F`` makes one;
+``pooltensor serve`` makes one at default_secret_path() when given none.
+"""
+import hashlib
+import hmac
+import os
+import secrets
+import socket
+import struct
+
+import msgpack
+
+from .errors import PooltensorError
+
+ENV_SECRET = "POOLTENSOR_SECRET_FILE"
+MAX_FRAME = 64 * 1024            # every control message is small: anything larger is hostile
+MIN_SECRET = 16
+NONCE = 32
+VERSION = 1
+HELLO = "pooltensor-serve"
+CLIENT_LABEL = b"pooltensor control client\0"
+SERVER_LABEL = b"pooltensor control server\0"
+_LEN = struct.Struct("<I")
+
+
+class AuthenticationError(PooltensorError):
+    """The other end of a control connection does not know the secret (or is not a server)."""
+
+
+class ProtocolError(PooltensorError):
+    """A control frame that breaks the protocol (too long, not msgpack, not a map)."""
+
+
+# -- secrets --------------------------------------------------------------------------------
+
+def default_secret_path():
+    """Where ``pooltensor serve`` keeps the secret it makes when given none."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "pooltensor", "secret")
+
+
+def read_secret(path):
+    """The secret in file `path` (bytes). ValueError with the reason when it cannot serve:
+    missing, unreadable, shorter than 16 bytes, or open to other users (chmod 600)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise ValueError(f"secret file {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077:
+            raise ValueError(f"secret file {path} is open to other users (mode "
+                             f"{st.st_mode & 0o777:o}): chmod 600 {path}")
+        data = os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    data = data.rstrip()
+    if len(data) < MIN_SECRET:
+        raise ValueError(f"secret file {path} holds {len(data)} bytes; a secret needs at "
+                         f"least {MIN_SECRET}")
+    return data
+
+
+def create_secret(path):
+    """Write a new random secret (64 hex digits) to `path`, mode 0600; the parent folder is
+    made (0700) if missing. Refuses to overwrite an existing file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, (secrets.token_hex(32) + "\n").encode())
+    finally:
+        os.close(fd)
+    return read_secret(path)
+
+
+def secret_path(secret_file=None):
+    """The secret file to use: the argument, else $POOLTENSOR_SECRET_FILE, else None."""
+    path = secret_file or os.environ.get(ENV_SECRET) or None
+    return os.path.expanduser(os.fspath(path)) if path else None
+
+
+# -- frames ---------------------------------------------------------------------------------
+
+def _recv_exact(sock, n):
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            return None if got == 0 else b""     # closed: cleanly between frames, or mid-frame
+        got += k
+    return bytes(buf)
+
+
+def recv_frame(sock):
+    """The next message (a dict), or None when the peer closed between frames.
+    ProtocolError for a bad frame; socket.timeout / OSError pass through."""
+    head = _recv_exact(sock, 4)
+    if head is None:
+        return None
+    if len(head) < 4:
+        raise ProtocolError("connection closed in the middle of a frame header")
+    (n,) = _LEN.unpack(head)
+    if n > MAX_FRAME:
+        raise ProtocolError(f"frame of {n} bytes (at most {MAX_FRAME})")
+    body = _recv_exact(sock, n) if n else b""
+    if body is None or len(body) < n:
+        raise ProtocolError("connection closed in the middle of a frame")
+    try:
+        msg = msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except Exception as e:
+        raise ProtocolError(f"frame is not msgpack: {type(e).__name__}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"frame is a {type(msg).__name__}, not a map")
+    return msg
+
+
+def send_frame(sock, msg):
+    body = msgpack.packb(msg, use_bin_type=True)
+    sock.sendall(_LEN.pack(len(body)) + body)
+
+
+def keepalive(sock, idle=10, interval=5, count=3):
+    """Let the kernel notice a peer that vanished without closing (host gone, link cut)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+    except OSError:
+        pass
+
+
+# -- handshake ------------------------------------------------------------------------------
+
+def _mac(secret, label, a, b):
+    return hmac.new(secret, label + a + b, hashlib.sha256).digest()
+
+
+def _nonce(msg, what):
+    n = msg.get("nonce")
+    if not isinstance(n, bytes) or len(n) != NONCE:
+        raise ProtocolError(f"{what}: no {NONCE}-byte nonce")
+    return n
+
+
+def server_handshake(sock, secret, facts):
+    """Server side: True once the client proved the secret and got our proof and `facts`
+    (a dict sent along); False after a wrong proof (the client is told, then dropped).
+    ProtocolError for a malformed exchange."""
+    ns = secrets.token_bytes(NONCE)
+    send_frame(sock, {"hello": HELLO, "version": VERSION, "nonce": ns})
+    msg = recv_frame(sock)
+    if msg is None:
+        raise ProtocolError("closed before authenticating")
+    nc = _nonce(msg, "client proof")
+    mac = msg.get("mac")
+    if not isinstance(mac, bytes) or not hmac.compare_digest(
+            mac, _mac(secret, CLIENT_LABEL, ns, nc)):
+        try:
+            send_frame(sock, {"error": "authentication failed: the client's secret is not "
+                                       "the server's"})
+        except OSError:
+            pass
+        return False
+    send_frame(sock, dict(facts, mac=_mac(secret, SERVER_LABEL, nc, ns)))
+    return True
+
+
+def client_handshake(sock, secret, where):
+    """Client side: prove the secret, check the server's proof; returns the server's facts.
+    AuthenticationError when either proof fails (`where` names the server in messages)."""
+    hello = recv_frame(sock)
+    if hello is None or hello.get("hello") != HELLO:
+        raise AuthenticationError(f"{where} is not a pooltensor memory server (it did not "
+                                  f"greet as one)")
+    if hello.get("version") != VERSION:
+        raise AuthenticationError(f"{where} speaks control protocol version "
+                                  f"{hello.get('version')!r}; this process speaks {VERSION}")
+    ns = _nonce(hello, "server greeting")
+    nc = secrets.token_bytes(NONCE)
+    send_frame(sock, {"nonce": nc, "mac": _mac(secret, CLIENT_LABEL, ns, nc)})
+    reply = recv_frame(sock)
+    if reply is None:
+        raise AuthenticationError(f"{where} closed the connection while authenticating")
+    if "error" in reply:
+        raise AuthenticationError(f"{where} refused this process: {reply['error']}")
+    mac = reply.pop("mac", None)
+    if not isinstance(mac, bytes) or not hmac.compare_digest(
+            mac, _mac(secret, SERVER_LABEL, nc, ns)):
+        raise AuthenticationError(f"{where} failed to prove it knows the secret")
+    return reply

@@ -1,0 +1,307 @@
+"""A world made of this process and memory servers: ``connect(["h1:7000", "h2:7000"])``.
+
+Why: a plain script that pools the memory of other machines needs windows onto that memory,
+and nothing else of a World (the servers run no user code, so there are no collectives to
+run with them). RemoteWorld offers the part of World that windows and the pool use (rank,
+size, hosts, transports, expose, alloc, barrier, describe, close), with:
+
+- rank 0: this process; ranks 1..k: the servers, in the order given;
+- one control connection per server (collectives.control: authenticated both ways, msgpack)
+  that asks for memory and lasts as long as this world: when it closes (close(), exit, crash,
+  SIGKILL) the server frees everything it gave this process;
+- the data path: the native engine's tcp transport to each server's data port, with the same
+  secret; this process's Python never handles the bytes on the server side.
+
+expose(buffer, access) registers this process's buffer as World.expose does, and gets each
+server's part from the server: a new allocation of the size it granted this process, or, when
+`buffer` is one this world exposed before, a new key with `access` over that same server
+memory (how the pool makes its read-only view of a heap).
+"""
+import os
+import socket
+import threading
+
+from . import _native
+from . import control as _ctl
+from .errors import BootstrapError, PeerLost, PooltensorError
+from .rendezvous.bootstrap import parse_address
+from .window import Window, raise_native
+
+ENV_CONNECT = "POOLTENSOR_CONNECT"
+
+
+class ServerRefused(PooltensorError):
+    """A memory server refused a request (not enough free memory, table full)."""
+
+
+class _Server:
+    """The control connection to one server."""
+
+    def __init__(self, rank, address, secret, timeout):
+        self.rank, self.address = rank, address
+        host, port = parse_address(address, "server address")
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except socket.timeout:
+            raise BootstrapError(f"memory server {address} did not answer within {timeout} s",
+                                 rank=rank, host=address) from None
+        except OSError as e:
+            raise BootstrapError(f"cannot reach memory server {address}: "
+                                 f"{e.strerror or e} (is `pooltensor serve` running there?)",
+                                 rank=rank, host=address) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _ctl.keepalive(sock)
+        self.sock = sock
+        self.lock = threading.Lock()
+        try:
+            self.facts = _ctl.client_handshake(sock, secret, f"memory server {address}")
+        except _ctl.AuthenticationError as e:
+            sock.close()
+            raise _ctl.AuthenticationError(str(e), rank=rank, host=address) from None
+        except (OSError, _ctl.ProtocolError) as e:
+            sock.close()
+            raise BootstrapError(f"memory server {address}: handshake failed: {e}",
+                                 rank=rank, host=address) from None
+        self.ip = sock.getpeername()[0]      # the data path goes where this connection went
+        self.data_port = int(self.facts["data_port"])
+
+    def request(self, msg):
+        """One request, its reply (a dict); PeerLost if the server is gone, ServerRefused if
+        it says no."""
+        with self.lock:
+            try:
+                _ctl.send_frame(self.sock, msg)
+                reply = _ctl.recv_frame(self.sock)
+            except socket.timeout:
+                raise PeerLost("memory server did not answer its control request in time",
+                               rank=self.rank, host=self.address) from None
+            except (OSError, _ctl.ProtocolError) as e:
+                raise PeerLost(f"memory server's control connection failed: {e}",
+                               rank=self.rank, host=self.address) from None
+        if reply is None:
+            raise PeerLost("memory server closed its control connection", rank=self.rank,
+                           host=self.address)
+        if not reply.get("ok"):
+            raise ServerRefused(f"memory server refused {msg.get('op')}: "
+                                f"{reply.get('error', 'no reason given')}",
+                                rank=self.rank, host=self.address)
+        return reply
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def addresses(connect):
+    """A list of "host:port" from a list or a comma-separated string."""
+    if isinstance(connect, str):
+        connect = [a for a in connect.split(",") if a.strip()]
+    out = [str(a).strip() for a in connect]
+    if not out:
+        raise ValueError("connect= names no memory server")
+    for a in out:
+        parse_address(a, "server address")
+    return out
+
+
+def load_secret(secret_file=None):
+    """The secret for servers: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the file
+    `pooltensor serve` makes by default (when it exists). ValueError saying what to do."""
+    path = _ctl.secret_path(secret_file)
+    if path is None:
+        path = _ctl.default_secret_path()
+        if not os.path.exists(path):
+            raise ValueError(
+                f"no secret for the memory servers: pass secret_file=, or set "
+                f"{_ctl.ENV_SECRET}, to a copy of the server's secret file (`pooltensor serve` "
+                f"prints where its secret is; by default {path})")
+    return _ctl.read_secret(path)
+
+
+class RemoteWorld:
+    """This process (rank 0) and memory servers (ranks 1..k); made by connect()."""
+
+    how = "connect"
+
+    def __init__(self, servers, ctx, grants, timeout):
+        self.timeout = timeout
+        self.size = len(servers) + 1
+        self.rank, self.local_rank, self.local_size, self.local_ranks = 0, 0, 1, [0]
+        self._servers = {s.rank: s for s in servers}
+        self._ctx = ctx
+        self.grants = [0] + list(grants)      # bytes each server gives this process
+        self.host = os.environ.get("POOLTENSOR_HOST") or socket.gethostname()
+        self.hosts = [self.host] + [s.address for s in servers]
+        self.transports = ["self"] + ["tcp"] * len(servers)
+        self._segments = {}
+        self._exposed = {}                    # id(buffer) -> (buffer, server ids per rank)
+        self._closed = False
+
+    # -- what windows and the pool use ---------------------------------------------------------
+    def _route(self, rank):
+        pass
+
+    def _lost(self):
+        first = self._ctx.first_lost()
+        rest = [r for r in range(1, self.size) if r != first and self._ctx.peer_lost(r)]
+        return ([first] if first >= 0 else []) + rest
+
+    def barrier(self, timeout=None):
+        """Nothing to wait for: the servers run no user code (kept for World's interface)."""
+        if self._closed:
+            raise ValueError("the world is closed")
+
+    def allgather_object(self, obj):
+        """This process's object, then each server's description (role, host, memory it
+        granted this process): the servers run no user code, so that is what they 'say'."""
+        return [obj] + [{"role": "server", "host": self.hosts[r], "memory": self.grants[r]}
+                        for r in range(1, self.size)]
+
+    def alloc(self, nbytes):
+        """Local shared memory, as World.alloc."""
+        import numpy as np
+        seg = _native.Segment(max(int(nbytes), 1))
+        self._ctx.add_segment(seg)
+        self._segments[id(seg)] = seg
+        return np.frombuffer(seg, dtype=np.uint8)[:int(nbytes)]
+
+    def _release_segment(self, arr):
+        seg = arr.base
+        while seg is not None and not isinstance(seg, _native.Segment):
+            seg = getattr(seg, "base", None) or getattr(seg, "obj", None)
+        if seg is not None and self._segments.pop(id(seg), None) is not None:
+            self._ctx.remove_segment(seg)
+
+    def expose(self, buffer, access="rw", remote=None):
+        """This process's `buffer` (or int bytes, or None) plus memory on every server, as a
+        Window. Each server's part: `remote` bytes (default: what it granted this process),
+        freshly allocated; or, for a buffer exposed before, that same memory with `access`."""
+        if access not in ("r", "rw"):
+            raise ValueError(f"access must be 'r' or 'rw', not {access!r}")
+        if self._closed:
+            raise ValueError("the world is closed")
+        again = self._exposed.get(id(buffer)) if buffer is not None else None
+        if again is not None and again[0] is not buffer:
+            again = None
+        owned = None
+        if buffer is None:
+            buffer = bytearray(0)
+        elif isinstance(buffer, int):
+            buffer = owned = self.alloc(buffer)
+        mv = memoryview(buffer)
+        if not mv.c_contiguous:
+            raise ValueError("expose needs a C-contiguous buffer")
+        if access == "rw" and mv.readonly:
+            raise ValueError("a read-only buffer can only be exposed with access='r'")
+        key = self._ctx.register(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv,
+                                 1 if access == "r" else 3)
+        keys, sizes, ids = [key], [mv.nbytes], [None]
+        try:
+            for r in range(1, self.size):
+                srv = self._servers[r]
+                if again is not None:
+                    rep = srv.request({"op": "register", "id": again[1][r], "access": access})
+                    size, aid = again[2][r], again[1][r]
+                else:
+                    want = self.grants[r] if remote is None else (
+                        remote[r] if isinstance(remote, (list, tuple)) else int(remote))
+                    rep = srv.request({"op": "alloc", "size": int(want), "access": access})
+                    size, aid = int(rep["size"]), rep["id"]
+                keys.append(int(rep["key"]))
+                sizes.append(size)
+                ids.append(aid)
+        except BaseException:
+            for r in range(1, len(ids)):
+                if again is None:
+                    try:
+                        self._servers[r].request({"op": "free", "id": ids[r]})
+                    except PooltensorError:
+                        pass
+            self._ctx.deregister(key)
+            raise
+        if again is None:
+            self._exposed[id(buffer)] = (buffer, ids, sizes)
+        return Window(self, buffer, access, keys, sizes, [access] * self.size, owned)
+
+    def describe(self):
+        """Ranks, hosts and the transport to each, plus each server's addresses and grant."""
+        servers = []
+        for r in range(1, self.size):
+            s = self._servers[r]
+            servers.append({"rank": r, "control": s.address, "data": f"{s.ip}:{s.data_port}",
+                            "granted": self.grants[r], "server_host": s.facts.get("host"),
+                            "server_pid": s.facts.get("pid"),
+                            "lost": bool(self._ctx.peer_lost(r)) if not self._closed else None})
+        out = {"rank": 0, "size": self.size, "local_rank": 0, "local_size": 1,
+               "host": self.host, "hosts": list(self.hosts), "bootstrap": self.how,
+               "transports": list(self.transports), "servers": servers}
+        return out
+
+    def server_info(self, rank):
+        """What server `rank` reports now: its memory, free bytes, clients, tcp counters."""
+        return self._servers[rank].request({"op": "info"})
+
+    def close(self):
+        """Close every control connection (the servers free what they gave this process),
+        then the native engine."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._servers.values():
+            s.close()
+        self._exposed.clear()
+        self._ctx.close()
+
+    def __repr__(self):
+        return f"<RemoteWorld this process + {self.size - 1} memory server(s): " \
+               f"{', '.join(self.hosts[1:])}>"
+
+
+def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=None):
+    """A RemoteWorld over memory servers ("host:port" each, or one comma-separated string).
+
+    memory: bytes to ask each server for (default: all it has free now); a server with less
+    free is an error naming it. secret_file: the servers' secret (default
+    $POOLTENSOR_SECRET_FILE, else `pooltensor serve`'s default file)."""
+    addrs = addresses(servers)
+    if len(set(addrs)) != len(addrs):
+        raise ValueError(f"connect= names a server twice: {addrs}")
+    secret = load_secret(secret_file)
+    timeout = float(os.environ.get("POOLTENSOR_TIMEOUT", "60")) if timeout is None \
+        else float(timeout)
+    if threads is None:
+        threads = int(os.environ.get("POOLTENSOR_PROGRESS_THREADS", "1"))
+    conns = []
+    ctx = None
+    try:
+        for i, a in enumerate(addrs, 1):
+            conns.append(_Server(i, a, secret, timeout))
+        grants = []
+        for s in conns:
+            free = int(s.facts.get("free", 0))
+            want = free if memory is None else int(memory)
+            if want <= 0 or want > free:
+                raise ServerRefused(f"memory server {s.address} has {free} bytes free; "
+                                    f"{'asked for ' + str(want) if memory else 'none left'}",
+                                    rank=s.rank, host=s.address)
+            grants.append(want)
+        ctx = _native.Context(0, len(addrs) + 1, threads)
+        ctx.set_secret(secret)
+        ctx.set_timeout(timeout)
+        for s in conns:
+            try:
+                ctx.connect_tcp(s.rank, s.ip, s.data_port)
+            except _native.Error as e:
+                raise_native(e, rank=s.rank, host=s.address, what="connect")
+        return RemoteWorld(conns, ctx, grants, timeout)
+    except BaseException:
+        for s in conns:
+            s.close()
+        if ctx is not None:
+            ctx.close()
+        raise
+
+
+__all__ = ["connect", "RemoteWorld", "ServerRefused", "addresses", "load_secret", "ENV_CONNECT"]

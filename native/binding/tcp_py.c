@@ -1,0 +1,148 @@
+/* The tcp methods of Context (listed in module.c's method table) and the HMAC helper. */
+#include "binding.h"
+
+static PyObject *raise_st(pt_status_t st) { return pt_py_raise(st, -1); }
+
+#define CTX_OPEN(self)                                                              \
+    do {                                                                            \
+        if (!(self)->ctx) {                                                         \
+            PyErr_SetString(PyExc_ValueError, "context is closed");                 \
+            return NULL;                                                            \
+        }                                                                           \
+    } while (0)
+
+PyObject *pt_py_set_secret(ContextObject *self, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b))
+        return NULL;
+    if (!self->ctx) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "context is closed");
+        return NULL;
+    }
+    if (b.len < 16) {
+        PyBuffer_Release(&b);
+        PyErr_Format(PyExc_ValueError, "the secret must be at least 16 bytes, not %zd", b.len);
+        return NULL;
+    }
+    pt_status_t st = pt_ctx_set_secret(self->ctx, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    if (st != PT_OK)
+        return raise_st(st);
+    Py_RETURN_NONE;
+}
+
+PyObject *pt_py_set_timeout(ContextObject *self, PyObject *args)
+{
+    double t;
+    if (!PyArg_ParseTuple(args, "d", &t))
+        return NULL;
+    CTX_OPEN(self);
+    if (!(t > 0)) {
+        PyErr_SetString(PyExc_ValueError, "timeout must be positive");
+        return NULL;
+    }
+    pt_status_t st = pt_ctx_set_timeout(self->ctx, t);
+    if (st != PT_OK)
+        return raise_st(st);
+    Py_RETURN_NONE;
+}
+
+PyObject *pt_py_listen(ContextObject *self, PyObject *args)
+{
+    const char *host;
+    int port;
+    if (!PyArg_ParseTuple(args, "si", &host, &port))
+        return NULL;
+    CTX_OPEN(self);
+    if (port < 0 || port > 65535) {
+        PyErr_Format(PyExc_ValueError, "port %d outside 0..65535", port);
+        return NULL;
+    }
+    pt_status_t st;
+    int bound = 0;
+    pt_ctx_t *c = self->ctx;
+    Py_BEGIN_ALLOW_THREADS
+    st = pt_ctx_listen(c, host, port, &bound);
+    Py_END_ALLOW_THREADS
+    if (st != PT_OK)
+        return raise_st(st);
+    return PyLong_FromLong(bound);
+}
+
+PyObject *pt_py_connect_tcp(ContextObject *self, PyObject *args)
+{
+    int rank, port;
+    const char *host;
+    if (!PyArg_ParseTuple(args, "isi", &rank, &host, &port))
+        return NULL;
+    CTX_OPEN(self);
+    pt_status_t st = pt_ctx_connect_tcp(self->ctx, rank, host, port);
+    if (st != PT_OK)
+        return raise_st(st);
+    Py_RETURN_NONE;
+}
+
+PyObject *pt_py_tcp_open(ContextObject *self, PyObject *args)
+{
+    int rank;
+    if (!PyArg_ParseTuple(args, "i", &rank))
+        return NULL;
+    CTX_OPEN(self);
+    pt_status_t st;
+    pt_ctx_t *c = self->ctx;
+    Py_BEGIN_ALLOW_THREADS
+    st = pt_ctx_tcp_open(c, rank);
+    Py_END_ALLOW_THREADS
+    if (st != PT_OK)
+        return raise_st(st);
+    Py_RETURN_NONE;
+}
+
+PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused)
+{
+    CTX_OPEN(self);
+    pt_tcp_stats_t s;
+    pt_ctx_tcp_stats(self->ctx, &s);
+    return Py_BuildValue("{sKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
+                         "active", (unsigned long long)s.active, "auth_failures",
+                         (unsigned long long)s.auth_failures, "bad_frames",
+                         (unsigned long long)s.bad_frames, "requests",
+                         (unsigned long long)s.requests, "bytes_in",
+                         (unsigned long long)s.bytes_in, "bytes_out",
+                         (unsigned long long)s.bytes_out);
+}
+
+PyObject *pt_py_transport(ContextObject *self, PyObject *args)
+{
+    int rank;
+    if (!PyArg_ParseTuple(args, "i", &rank))
+        return NULL;
+    CTX_OPEN(self);
+    static const char *names[] = {"none", "shm", "tcp"};
+    return PyUnicode_FromString(names[pt_ctx_transport(self->ctx, rank)]);
+}
+
+PyObject *pt_py_hmac_sha256(PyObject *m, PyObject *args)
+{
+    Py_buffer k, msg;
+    if (!PyArg_ParseTuple(args, "y*y*", &k, &msg))
+        return NULL;
+    uint8_t out[32];
+    pt_hmac_sha256(k.buf, (size_t)k.len, msg.buf, (size_t)msg.len, out);
+    PyBuffer_Release(&k);
+    PyBuffer_Release(&msg);
+    return PyBytes_FromStringAndSize((const char *)out, 32);
+}
+
+PyObject *pt_py_sha256(PyObject *m, PyObject *args)
+{
+    Py_buffer msg;
+    if (!PyArg_ParseTuple(args, "y*", &msg))
+        return NULL;
+    uint8_t out[32];
+    pt_sha256(msg.buf, (size_t)msg.len, out);
+    PyBuffer_Release(&msg);
+    return PyBytes_FromStringAndSize((const char *)out, 32);
+}

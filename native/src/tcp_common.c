@@ -1,0 +1,168 @@
+/* What the tcp client and server share: socket I/O with deadlines, nonces, the handshake MAC,
+ * and the context's tcp settings (secret, timeout). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "tcp_proto.h"
+
+int pt__tcp_tune(int fd, double slice)
+{
+    int one = 1;
+    struct timeval tv = {(time_t)slice, (suseconds_t)((slice - (double)(time_t)slice) * 1e6)};
+    /* keepalive: a peer whose machine vanished (no FIN, no RST) is noticed within ~20 s */
+    int idle = 10, intvl = 3, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+        return -1;
+    return fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+/* Keep waiting after a receive/send timeout slice? 0: yes; -1: give up (errno set). */
+static int slice_over(double deadline, _Atomic int *abort)
+{
+    if (abort && atomic_load_explicit(abort, memory_order_relaxed)) {
+        errno = ECANCELED;
+        return -1;
+    }
+    if (deadline >= 0 && pt__now() > deadline) {
+        errno = ETIMEDOUT;
+        return -1;
+    }
+    return 0;
+}
+
+int pt__tcp_recv(int fd, void *buf, size_t len, double deadline, _Atomic int *abort,
+                 size_t *got)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    int rc = 0;
+    while (done < len) {
+        ssize_t n = recv(fd, p + done, len - done, MSG_WAITALL);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n == 0) {
+            errno = EPIPE;
+            rc = -1;
+            break;
+        }
+        if (errno == EINTR)
+            continue;
+        if ((errno == EAGAIN || errno == EWOULDBLOCK) && slice_over(deadline, abort) == 0)
+            continue;
+        if (errno == ECONNRESET)
+            errno = EPIPE;
+        rc = -1;
+        break;
+    }
+    if (got)
+        *got = done;
+    return rc;
+}
+
+int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int *abort)
+{
+    while (n > 0) {
+        if (iov->iov_len == 0) {
+            iov++;
+            n--;
+            continue;
+        }
+        struct msghdr m = {0};
+        m.msg_iov = iov;
+        m.msg_iovlen = (size_t)n;
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if ((errno == EAGAIN || errno == EWOULDBLOCK) && slice_over(deadline, abort) == 0)
+                continue;
+            if (errno == ECONNRESET)
+                errno = EPIPE;
+            return -1;
+        }
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+int pt__tcp_random(void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len) {
+        long n = syscall(SYS_getrandom, p, len, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+void pt__tcp_mac(const pt_ctx_t *ctx, int server, const uint8_t *ns, const uint8_t *nc,
+                 int64_t rank, uint8_t out[PT_TCP_MAC])
+{
+    static const char cl[] = "pooltensor-tcp-client", sl[] = "pooltensor-tcp-server";
+    uint8_t r[8];
+    pt__le_put(r, (uint64_t)rank, 8);
+    const void *parts[4] = {server ? sl : cl, ns, nc, r};
+    size_t lens[4] = {sizeof(cl) - 1, PT_TCP_NONCE, PT_TCP_NONCE, 8};
+    pt__hmac_parts(ctx->secret, ctx->secret_len, parts, lens, 4, out);
+}
+
+pt_status_t pt_ctx_set_secret(pt_ctx_t *ctx, const void *secret, size_t len)
+{
+    if (!ctx || !secret || len < 16)
+        return PT_ERR_INVALID;
+    if (len > 64) {
+        /* HMAC uses a key longer than its block as its SHA-256: keep that, the same MACs */
+        pt_sha256(secret, len, ctx->secret);
+        ctx->secret_len = 32;
+        return PT_OK;
+    }
+    memcpy(ctx->secret, secret, len);
+    ctx->secret_len = len;
+    return PT_OK;
+}
+
+pt_status_t pt_ctx_set_timeout(pt_ctx_t *ctx, double seconds)
+{
+    if (!ctx || !(seconds > 0))
+        return PT_ERR_INVALID;
+    ctx->timeout = seconds;
+    return PT_OK;
+}
+
+int pt_ctx_transport(pt_ctx_t *ctx, int rank)
+{
+    if (!ctx || rank < 0 || rank >= ctx->size)
+        return 0;
+    if (ctx->peers[rank].tcp)
+        return 2;
+    return ctx->peers[rank].connected ? 1 : 0;
+}

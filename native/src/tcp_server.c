@@ -1,0 +1,510 @@
+/* The tcp target: a listener thread accepts connections and one thread per connection serves
+ * its requests in order, straight between the socket and the registered memory (no staging
+ * copy for get and put). The context's Python never takes part.
+ *
+ * Every request is checked against this process's own registration table (key, bounds, mode),
+ * under serve_lock so that a deregistration waits for accesses in progress. Anything malformed
+ * closes that connection only, and is counted; nothing is allocated from a length a peer sent
+ * beyond PT_TCP_MAX_PAYLOAD. See tcp_proto.h for the frames. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tcp_proto.h"
+
+typedef struct pt_tcp_sconn {
+    struct pt_tcp_server *srv;
+    int fd;
+    pthread_t thread;
+    _Atomic int done;
+    struct pt_tcp_sconn *next;
+} pt_tcp_sconn_t;
+
+typedef struct pt_tcp_server {
+    pt_ctx_t *ctx;
+    int lfd, wake_fd;
+    pthread_t thread;
+    pthread_mutex_t lock;       /* the connection list */
+    pt_tcp_sconn_t *conns;
+    _Atomic int stopping;
+    _Atomic uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
+} pt_tcp_server_t;
+
+/* One served connection's state while its thread runs. */
+typedef struct {
+    pt_tcp_server_t *srv;
+    pt_ctx_t *ctx;
+    int fd;
+    int rank;                   /* the client's claimed (and authenticated) rank, or -1 */
+    uint8_t *scratch;           /* put_indexed payloads, grown up to PT_TCP_MAX_PAYLOAD */
+    size_t scratch_len;
+} serve_t;
+
+static double io_deadline(void) { return pt__now() + PT_TCP_IO_TIMEOUT; }
+
+static int send_frame(serve_t *s, const pt_tcp_hdr_t *h, const void *payload, size_t len)
+{
+    uint8_t hb[PT_TCP_HDR];
+    pt__hdr_pack(h, hb);
+    struct iovec iov[2] = {{hb, PT_TCP_HDR}, {(void *)(uintptr_t)payload, len}};
+    if (pt__tcp_sendv(s->fd, iov, payload && len ? 2 : 1, io_deadline(), &s->srv->stopping) < 0)
+        return -2;
+    atomic_fetch_add(&s->srv->bytes_out, PT_TCP_HDR + (payload ? len : 0));
+    return 0;
+}
+
+/* Handlers return 0, -1 for a malformed or truncated frame (counted), -2 when the client
+ * stopped reading or went away (not counted). */
+static int recv_bytes(serve_t *s, void *buf, size_t len)
+{
+    if (pt__tcp_recv(s->fd, buf, len, io_deadline(), &s->srv->stopping, NULL) < 0)
+        return -1;
+    atomic_fetch_add(&s->srv->bytes_in, len);
+    return 0;
+}
+
+static int reply(serve_t *s, const pt_tcp_hdr_t *req, pt_status_t st, int64_t a)
+{
+    pt_tcp_hdr_t h = *req;
+    h.op = (uint16_t)(req->op | PT_TCP_REPLY);
+    h.status = (uint32_t)st;
+    h.a = a;
+    return send_frame(s, &h, NULL, 0);
+}
+
+/* Drain a refused request's payload so the stream stays in step. */
+static int discard(serve_t *s, uint64_t len)
+{
+    uint8_t buf[16384];
+    while (len) {
+        size_t n = len < sizeof(buf) ? (size_t)len : sizeof(buf);
+        if (recv_bytes(s, buf, n) < 0)
+            return -1;
+        len -= n;
+    }
+    return 0;
+}
+
+/* [off, off+len) of a local registration as a pointer (caller holds serve_lock for reading).
+ * *in_seg: whether it lies in one of our segments (atomics are served only there, as over
+ * shared memory, so both transports refuse the same requests). */
+static pt_status_t local(pt_ctx_t *ctx, uint64_t key, uint64_t off, size_t len, int write,
+                         uint8_t **ptr, int *in_seg)
+{
+    int seg;
+    uint64_t where;
+    pt_status_t st = pt__reg_lookup(ctx->ctrl, key, off, len, write, &seg, &where);
+    if (st != PT_OK)
+        return st;
+    *in_seg = seg >= 0;
+    if (seg < 0) {
+        *ptr = (uint8_t *)(uintptr_t)where;
+        return PT_OK;
+    }
+    pt_segment_t *sg = ctx->segs[seg];
+    if (!sg)
+        return PT_ERR_KEY;
+    *ptr = (uint8_t *)pt_segment_base(sg) + where;
+    return PT_OK;
+}
+
+/* Serve one request whose header is in h. Returns -1 when the connection must close. */
+static int serve_get(serve_t *s, const pt_tcp_hdr_t *h)
+{
+    pt_ctx_t *ctx = s->ctx;
+    uint8_t *p = NULL;
+    pthread_rwlock_rdlock(&ctx->serve_lock);
+    int in_seg;
+    pt_status_t st = local(ctx, h->key, h->off, (size_t)h->len, 0, &p, &in_seg);
+    int rc;
+    if (st == PT_OK) {
+        pt_tcp_hdr_t r = *h;
+        r.op = (uint16_t)(h->op | PT_TCP_REPLY);
+        r.status = 0;
+        rc = send_frame(s, &r, p, (size_t)h->len);
+    } else {
+        pt_tcp_hdr_t r = *h;
+        r.op = (uint16_t)(h->op | PT_TCP_REPLY);
+        r.status = (uint32_t)st;
+        r.len = 0;
+        rc = send_frame(s, &r, NULL, 0);
+    }
+    pthread_rwlock_unlock(&ctx->serve_lock);
+    return rc;
+}
+
+static int serve_put(serve_t *s, const pt_tcp_hdr_t *h)
+{
+    pt_ctx_t *ctx = s->ctx;
+    uint8_t *p = NULL;
+    pthread_rwlock_rdlock(&ctx->serve_lock);
+    int in_seg;
+    pt_status_t st = local(ctx, h->key, h->off, (size_t)h->len, 1, &p, &in_seg);
+    int rc = st == PT_OK ? recv_bytes(s, p, (size_t)h->len) : discard(s, h->len);
+    pthread_rwlock_unlock(&ctx->serve_lock);
+    if (rc < 0)
+        return -1;
+    return reply(s, h, st, 0);
+}
+
+static int serve_atomic(serve_t *s, const pt_tcp_hdr_t *h)
+{
+    pt_ctx_t *ctx = s->ctx;
+    uint8_t *p = NULL;
+    int64_t old = 0;
+    pthread_rwlock_rdlock(&ctx->serve_lock);
+    int in_seg = 0;
+    pt_status_t st = local(ctx, h->key, h->off, 8, 1, &p, &in_seg);
+    if (st == PT_OK && !in_seg)
+        st = PT_ERR_UNSUPPORTED;
+    if (st == PT_OK && ((uintptr_t)p & 7))
+        st = PT_ERR_ALIGN;
+    if (st == PT_OK) {
+        _Atomic int64_t *v = (_Atomic int64_t *)(uintptr_t)p;
+        if (h->op == PT_TCP_OP_CSWAP) {
+            int64_t e = h->a;
+            atomic_compare_exchange_strong(v, &e, h->b);
+            old = e;
+        } else {
+            old = atomic_fetch_add(v, h->a);
+        }
+        if (h->op == PT_TCP_OP_NOTIFY) {
+            /* wake pt_wait_local on the int64's low word (as rma.c's notify does) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            pt__futex_wake((_Atomic uint32_t *)(uintptr_t)(p + 4), 1);
+#else
+            pt__futex_wake((_Atomic uint32_t *)(uintptr_t)p, 1);
+#endif
+        }
+    }
+    pthread_rwlock_unlock(&ctx->serve_lock);
+    return reply(s, h, st, old);
+}
+
+static int serve_put_indexed(serve_t *s, const pt_tcp_hdr_t *h)
+{
+    pt_ctx_t *ctx = s->ctx;
+    uint64_t isz = (uint64_t)h->b, span = (uint64_t)h->a;
+    if (h->b <= 0 || isz > PT_TCP_MAX_PAYLOAD || h->len == 0 || h->len % (8 + isz) ||
+        h->a <= 0 || span < isz)
+        return -1;
+    size_t n = (size_t)(h->len / (8 + isz));
+    if (s->scratch_len < h->len) {
+        uint8_t *b = realloc(s->scratch, (size_t)h->len);
+        if (!b)
+            return -1;
+        s->scratch = b;
+        s->scratch_len = (size_t)h->len;
+    }
+    if (recv_bytes(s, s->scratch, (size_t)h->len) < 0)
+        return -1;
+    const uint8_t *offs = s->scratch, *items = s->scratch + 8 * n;
+    pthread_rwlock_rdlock(&ctx->serve_lock);
+    uint8_t *base = NULL;
+    int in_seg;
+    pt_status_t st = local(ctx, h->key, h->off, (size_t)span, 1, &base, &in_seg);
+    for (size_t i = 0; st == PT_OK && i < n; i++) {
+        uint64_t o = pt__le_get(offs + 8 * i, 8);
+        if (o < h->off || o - h->off > span - isz)
+            st = PT_ERR_BOUNDS;
+    }
+    for (size_t i = 0; st == PT_OK && i < n; i++) {
+        uint64_t o = pt__le_get(offs + 8 * i, 8) - h->off;
+        memcpy(base + o, items + i * isz, (size_t)isz);
+    }
+    pthread_rwlock_unlock(&ctx->serve_lock);
+    return reply(s, h, st, 0);
+}
+
+/* The challenge-response; 0 when the client proved the secret. */
+static int handshake(serve_t *s)
+{
+    pt_tcp_server_t *srv = s->srv;
+    uint8_t ns[PT_TCP_NONCE], in[PT_TCP_HDR], pl[PT_TCP_NONCE + PT_TCP_MAC], mac[PT_TCP_MAC];
+    if (pt__tcp_random(ns, sizeof(ns)) < 0)
+        return -1;
+    pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_HELLO, .len = PT_TCP_NONCE,
+                      .a = PT_TCP_VERSION};
+    if (send_frame(s, &h, ns, sizeof(ns)) < 0)
+        return -1;
+    size_t got = 0;
+    if (pt__tcp_recv(s->fd, in, sizeof(in), io_deadline(), &srv->stopping, &got) < 0) {
+        if (got == 0)
+            return -1; /* closed (or silent) before saying anything: not a frame */
+        goto bad;
+    }
+    atomic_fetch_add(&srv->bytes_in, sizeof(in));
+    pt__hdr_unpack(in, &h);
+    if (h.magic != PT_TCP_MAGIC || h.op != PT_TCP_OP_AUTH || h.len != sizeof(pl) || h.flags)
+        goto bad;
+    if (recv_bytes(s, pl, sizeof(pl)) < 0)
+        goto bad;
+    pt__tcp_mac(s->ctx, 0, ns, pl, h.a, mac);
+    if (!pt__ct_equal(mac, pl + PT_TCP_NONCE, PT_TCP_MAC)) {
+        atomic_fetch_add(&srv->auth_failures, 1);
+        pt_tcp_hdr_t r = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH_OK,
+                          .status = PT_ERR_AUTH};
+        send_frame(s, &r, NULL, 0);
+        return -1;
+    }
+    pt__tcp_mac(s->ctx, 1, ns, pl, h.a, mac);
+    pt_tcp_hdr_t r = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH_OK, .len = PT_TCP_MAC};
+    if (send_frame(s, &r, mac, sizeof(mac)) < 0)
+        return -1;
+    /* a world rank we also reach over tcp: its connection dropping means it is gone */
+    if (h.a >= 0 && h.a < s->ctx->size && h.a != s->ctx->rank && s->ctx->peers[h.a].tcp)
+        s->rank = (int)h.a;
+    return 0;
+bad:
+    if (!atomic_load(&srv->stopping))
+        atomic_fetch_add(&srv->bad_frames, 1);
+    return -1;
+}
+
+static int valid_request(const pt_tcp_hdr_t *h)
+{
+    if (h->magic != PT_TCP_MAGIC || h->flags || h->status || h->rsvd)
+        return 0;
+    switch (h->op) {
+    case PT_TCP_OP_GET:
+    case PT_TCP_OP_PUT:
+    case PT_TCP_OP_PUT_INDEXED:
+        return h->len <= PT_TCP_MAX_PAYLOAD;
+    case PT_TCP_OP_FETCH_ADD:
+    case PT_TCP_OP_CSWAP:
+    case PT_TCP_OP_NOTIFY:
+    case PT_TCP_OP_BYE:
+        return h->len == 0;
+    }
+    return 0;
+}
+
+static void *serve_main(void *arg)
+{
+    pt_tcp_sconn_t *c = arg;
+    pt_tcp_server_t *srv = c->srv;
+    serve_t s = {.srv = srv, .ctx = srv->ctx, .fd = c->fd, .rank = -1};
+    int clean = 0;
+    if (pt__tcp_tune(c->fd, 0.5) < 0 || handshake(&s) < 0)
+        goto out;
+    for (;;) {
+        uint8_t hb[PT_TCP_HDR];
+        struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+        if (poll(&pf, 1, -1) < 0 && errno != EINTR)
+            break;
+        if (atomic_load(&srv->stopping)) {
+            clean = 1;
+            break;
+        }
+        size_t got = 0;
+        if (pt__tcp_recv(c->fd, hb, sizeof(hb), io_deadline(), &srv->stopping, &got) < 0) {
+            if (got == 0 && errno == ETIMEDOUT)
+                continue;
+            if (got != 0 && !atomic_load(&srv->stopping))
+                atomic_fetch_add(&srv->bad_frames, 1); /* truncated header */
+            clean = atomic_load(&srv->stopping);
+            break;
+        }
+        atomic_fetch_add(&srv->bytes_in, sizeof(hb));
+        pt_tcp_hdr_t h;
+        pt__hdr_unpack(hb, &h);
+        if (!valid_request(&h)) {
+            atomic_fetch_add(&srv->bad_frames, 1);
+            break;
+        }
+        if (h.op == PT_TCP_OP_BYE) {
+            clean = 1;
+            break;
+        }
+        atomic_fetch_add(&srv->requests, 1);
+        int rc;
+        switch (h.op) {
+        case PT_TCP_OP_GET: rc = serve_get(&s, &h); break;
+        case PT_TCP_OP_PUT: rc = serve_put(&s, &h); break;
+        case PT_TCP_OP_PUT_INDEXED: rc = serve_put_indexed(&s, &h); break;
+        default: rc = serve_atomic(&s, &h); break;
+        }
+        if (rc < 0) {
+            if (rc == -1 && !atomic_load(&srv->stopping))
+                atomic_fetch_add(&srv->bad_frames, 1);
+            clean = atomic_load(&srv->stopping);
+            break;
+        }
+    }
+    if (!clean && s.rank >= 0)
+        pt__peer_mark_lost(s.ctx, s.rank);
+out:
+    free(s.scratch);
+    shutdown(c->fd, SHUT_RDWR);
+    atomic_fetch_sub(&srv->active, 1);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* Join and free connections whose thread has finished (all of them when `all`). */
+static void reap(pt_tcp_server_t *srv, int all)
+{
+    pthread_mutex_lock(&srv->lock);
+    pt_tcp_sconn_t **pp = &srv->conns;
+    while (*pp) {
+        pt_tcp_sconn_t *c = *pp;
+        if (all && !atomic_load(&c->done))
+            shutdown(c->fd, SHUT_RDWR);
+        if (all || atomic_load(&c->done)) {
+            pthread_join(c->thread, NULL);
+            close(c->fd);
+            *pp = c->next;
+            free(c);
+        } else {
+            pp = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void *listen_main(void *arg)
+{
+    pt_tcp_server_t *srv = arg;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = srv->lfd, .events = POLLIN},
+                               {.fd = srv->wake_fd, .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (atomic_load(&srv->stopping))
+            break;
+        if (!(pf[0].revents & POLLIN))
+            continue;
+        int fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        reap(srv, 0);
+        atomic_fetch_add(&srv->accepted, 1);
+        pt_tcp_sconn_t *c = NULL;
+        if (atomic_load(&srv->active) >= PT_TCP_MAX_CONNS || !(c = calloc(1, sizeof(*c)))) {
+            close(fd);
+            continue;
+        }
+        c->srv = srv;
+        c->fd = fd;
+        atomic_fetch_add(&srv->active, 1);
+        if (pthread_create(&c->thread, &attr, serve_main, c) != 0) {
+            atomic_fetch_sub(&srv->active, 1);
+            close(fd);
+            free(c);
+            continue;
+        }
+        pthread_mutex_lock(&srv->lock);
+        c->next = srv->conns;
+        srv->conns = c;
+        pthread_mutex_unlock(&srv->lock);
+    }
+    pthread_attr_destroy(&attr);
+    return NULL;
+}
+
+pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_out)
+{
+    if (!ctx || port < 0 || port > 65535 || !port_out)
+        return PT_ERR_INVALID;
+    if (ctx->secret_len == 0 || ctx->server)
+        return PT_ERR_INVALID;
+    if (!host || !*host)
+        host = "127.0.0.1";
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
+    if (getaddrinfo(host, ps, &hints, &ai) != 0 || !ai)
+        return PT_ERR_INVALID;
+    pt_status_t st = PT_ERR_SYS;
+    int lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) {
+        st = pt__sys();
+        goto err_ai;
+    }
+    int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(lfd, 128) < 0) {
+        st = pt__sys();
+        goto err_sock;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(lfd, (struct sockaddr *)&ss, &sl) < 0) {
+        st = pt__sys();
+        goto err_sock;
+    }
+    int bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    pt_tcp_server_t *srv = calloc(1, sizeof(*srv));
+    if (!srv) {
+        st = PT_ERR_NOMEM;
+        goto err_sock;
+    }
+    srv->ctx = ctx;
+    srv->lfd = lfd;
+    pthread_mutex_init(&srv->lock, NULL);
+    srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (srv->wake_fd < 0) {
+        st = pt__sys();
+        goto err_srv;
+    }
+    if (pthread_create(&srv->thread, NULL, listen_main, srv) != 0) {
+        st = PT_ERR_SYS;
+        goto err_wake;
+    }
+    ctx->server = srv;
+    freeaddrinfo(ai);
+    *port_out = bound;
+    return PT_OK;
+err_wake:
+    close(srv->wake_fd);
+err_srv:
+    free(srv);
+err_sock:
+    close(lfd);
+err_ai:
+    freeaddrinfo(ai);
+    return st;
+}
+
+void pt__tcp_server_stop(pt_ctx_t *ctx)
+{
+    pt_tcp_server_t *srv = ctx->server;
+    if (!srv)
+        return;
+    atomic_store(&srv->stopping, 1);
+    uint64_t one = 1;
+    (void)!write(srv->wake_fd, &one, sizeof(one));
+    pthread_join(srv->thread, NULL);
+    reap(srv, 1);
+    close(srv->lfd);
+    close(srv->wake_fd);
+    pthread_mutex_destroy(&srv->lock);
+    ctx->server = NULL;
+    free(srv);
+}
+
+void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out)
+{
+    pt_tcp_server_t *srv = ctx ? ctx->server : NULL;
+    memset(out, 0, sizeof(*out));
+    if (!srv)
+        return;
+    out->accepted = atomic_load(&srv->accepted);
+    out->active = atomic_load(&srv->active);
+    out->auth_failures = atomic_load(&srv->auth_failures);
+    out->bad_frames = atomic_load(&srv->bad_frames);
+    out->requests = atomic_load(&srv->requests);
+    out->bytes_in = atomic_load(&srv->bytes_in);
+    out->bytes_out = atomic_load(&srv->bytes_out);
+}

@@ -1,0 +1,60 @@
+"""The ``pooltensor`` command (also ``python -m pooltensor``).
+
+    pooltensor serve --memory 8GiB [--listen 127.0.0.1:7000] [--secret-file F]
+                     [--data-port P]
+
+Unknown options and malformed values are errors (status 2), reported in one line.
+"""
+import argparse
+import sys
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="pooltensor", description="pooltensor: pooled memory for numpy and JAX arrays.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    s = sub.add_parser(
+        "serve", help="contribute memory to the pools of processes that connect here",
+        description="Contribute memory until stopped (SIGTERM or Ctrl-C: clean exit). Scripts "
+                    "use it with pooltensor.init(connect=['HOST:PORT', ...]).")
+    s.add_argument("--memory", required=True, metavar="SIZE",
+                   help="bytes to contribute, e.g. 8GiB, 512MiB (K/M/G/T: powers of 1024; "
+                        "KB/MB/GB: of 1000)")
+    s.add_argument("--listen", default="127.0.0.1:7000", metavar="HOST:PORT",
+                   help="address of the control port (default 127.0.0.1:7000, this machine "
+                        "only; 0.0.0.0:7000 for every interface)")
+    s.add_argument("--secret-file", metavar="F",
+                   help="file holding the shared secret (default $POOLTENSOR_SECRET_FILE, else "
+                        "~/.config/pooltensor/secret, made with mode 0600 if missing)")
+    s.add_argument("--data-port", type=int, default=0, metavar="P",
+                   help="port of the native data path (default: any free port; the clients "
+                        "learn it on the control port)")
+    return p
+
+
+def main(argv=None):
+    """Entry point of the ``pooltensor`` command; returns the exit status."""
+    p = _parser()
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command is None:
+        p.print_help(sys.stderr)
+        return 2
+    if args.command == "serve":
+        from .serve import parse_bytes, serve
+        try:
+            memory = parse_bytes(args.memory)
+        except ValueError as e:
+            p.error(f"--memory: {e}")
+        if not 0 <= args.data_port <= 65535:
+            p.error(f"--data-port must be 0..65535, not {args.data_port}")
+        from collectives.errors import PooltensorError
+        try:
+            return serve(memory, args.listen, args.secret_file, args.data_port)
+        except (ValueError, OSError, PooltensorError) as e:    # bad --listen, port taken, ...
+            print(f"pooltensor serve: {e}", file=sys.stderr)
+            return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

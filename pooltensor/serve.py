@@ -1,0 +1,383 @@
+"""Memory servers: ``pooltensor serve --memory 8GiB --listen HOST:PORT``.
+
+A server contributes memory to the pools of the processes that connect to it
+(``pooltensor.init(connect=["host:port", ...])``) until it is stopped (SIGTERM or SIGINT: a
+clean exit, status 0).
+
+Two channels, one port each:
+
+- control (this module, Python): a TCP listener on --listen. A client authenticates (HMAC
+  challenge-response both ways, see collectives.control), then asks for memory: each request
+  gets its own memfd segment, registered with the native engine with the access asked for
+  ("r" or "rw"), and the reply carries its key, size and the data port. The connection is the
+  client's lifetime: when it closes (exit, crash, SIGKILL, host gone: keepalive) everything
+  the client was given is deregistered and freed. Requests count against --memory; one that
+  does not fit is refused with the free bytes in the message.
+- data (native): the engine listens on the data port and serves get/put/atomics into the
+  registrations in its own threads, checking key, bounds and access on every request and
+  accepting only connections that prove the same secret. This Python never sees those bytes.
+
+A malformed or hostile control frame closes that connection only; the server stays up.
+One line per connect and disconnect goes to stderr.
+"""
+import os
+import re
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+
+from collectives import _native
+from collectives import control as _ctl
+from collectives.rendezvous.bootstrap import parse_address
+
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+MAX_ALLOCS = 64          # per client: the native tables hold 256 segments, 1024 keys in all
+MAX_CLIENTS = 64         # control connections at once (authenticated or not)
+AUTH_TIMEOUT = 10.0      # seconds a new connection has to authenticate
+_ACCESS = {"r": 1, "rw": 3}
+_SIZE = re.compile(r"^([0-9]*\.?[0-9]+(?:e[0-9]+)?)([kmgt]?)(i?)(b?)$")
+
+
+def parse_bytes(text):
+    """'8GiB', '8G', '512MiB', '1.5GB', '4096' -> bytes. K/M/G/T and KiB/MiB/GiB/TiB are
+    powers of 1024; KB/MB/GB/TB powers of 1000; 'B' alone is bytes."""
+    m = _SIZE.match(str(text).strip().lower().replace(" ", ""))
+    if m is None or (m.group(3) and not m.group(2)):
+        raise ValueError(f"not a size: {text!r} (e.g. 8GiB, 512MiB, 1000000)")
+    num, unit, binary, b = m.groups()
+    power = "kmgt".index(unit) + 1 if unit else 0
+    base = 1000 if (unit and b and not binary) else 1024
+    n = int(float(num) * base ** power)
+    if n <= 0:
+        raise ValueError(f"size must be positive, not {text!r}")
+    return n
+
+
+def human(n):
+    """Bytes for a log line: 1.5 GiB, 64.0 MiB, 512 B."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+class _Hostile(Exception):
+    """A control message that breaks the protocol: the connection is closed."""
+
+
+class _Alloc:
+    __slots__ = ("id", "seg", "size", "keys", "released")
+
+    def __init__(self, aid, seg, size):
+        self.id, self.seg, self.size, self.keys = aid, seg, size, []
+        self.released = False
+
+
+class _Client:
+    """One control connection and what it was given."""
+
+    def __init__(self, sock, addr):
+        self.sock, self.addr = sock, f"{addr[0]}:{addr[1]}"
+        self.allocs = {}
+        self.next_id = 1
+        self.authenticated = False
+
+
+class Server:
+    """A memory server: Server(memory, host, port, secret).start(), then stop()."""
+
+    def __init__(self, memory, host="127.0.0.1", port=7000, secret=b"", data_port=0,
+                 log=None):
+        if len(secret) < _ctl.MIN_SECRET:
+            raise ValueError(f"the secret must be at least {_ctl.MIN_SECRET} bytes")
+        self.memory = max(PAGE, int(memory) // PAGE * PAGE)   # whole pages: what segments hold
+        self.host, self.port, self.data_port = host, int(port), int(data_port)
+        self._secret = bytes(secret)
+        self._log = log or (lambda line: print(f"pooltensor serve: {line}", file=sys.stderr,
+                                               flush=True))
+        self._lock = threading.Lock()
+        self._used = 0
+        self._clients = set()
+        self._stop = threading.Event()
+        self._ctx = None
+        self._listener = None
+        self.counters = {"connections": 0, "auth_failures": 0, "bad_frames": 0,
+                         "allocations": 0, "refused": 0}
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self):
+        """Bind both ports (OSError if taken) and start serving data; returns self."""
+        try:
+            info = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise OSError(f"cannot resolve {self.host!r}: {e}") from None
+        fam, numeric = info[0][0], info[0][4][0]
+        ctx = _native.Context(0, 1, 1)       # the engine serves each connection in a thread
+        try:
+            ctx.set_secret(self._secret)
+            self.data_port = ctx.listen(numeric, self.data_port)
+            ls = socket.socket(fam, socket.SOCK_STREAM)
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                ls.bind((numeric, self.port))
+                ls.listen(64)
+            except BaseException:
+                ls.close()
+                raise
+        except BaseException:
+            ctx.close()
+            raise
+        self._ctx, self._listener = ctx, ls
+        self.port = ls.getsockname()[1]
+        return self
+
+    @property
+    def free(self):
+        with self._lock:
+            return self.memory - self._used
+
+    def serve_forever(self, poll=0.5):
+        """Accept control connections until stop(); each one is served by a thread."""
+        sel = selectors.DefaultSelector()
+        sel.register(self._listener, selectors.EVENT_READ)
+        try:
+            while not self._stop.is_set():
+                ready = sel.select(poll)
+                if not ready:
+                    continue
+                try:
+                    sock, addr = self._listener.accept()
+                except OSError:
+                    continue
+                with self._lock:
+                    full = len(self._clients) >= MAX_CLIENTS
+                if full:
+                    self._log(f"{addr[0]}:{addr[1]} refused: {MAX_CLIENTS} connections "
+                              f"already open")
+                    sock.close()
+                    continue
+                client = _Client(sock, addr)
+                with self._lock:
+                    self._clients.add(client)
+                    self.counters["connections"] += 1
+                threading.Thread(target=self._serve_client, args=(client,), daemon=True,
+                                 name=f"client {client.addr}").start()
+        finally:
+            sel.close()
+
+    def stop(self):
+        """Stop accepting, drop every client (freeing what they hold), stop the engine."""
+        self._stop.set()
+        with self._lock:
+            clients = list(self._clients)
+        for c in clients:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._clients:
+                    break
+            time.sleep(0.02)
+        if self._listener is not None:
+            self._listener.close()
+        with self._lock:
+            left = [a for c in self._clients for a in list(c.allocs.values())]
+        for a in left:
+            self._release(a)
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
+
+    # -- one client -----------------------------------------------------------------------------
+    def _serve_client(self, c):
+        why = "closed the connection"
+        try:
+            _ctl.keepalive(c.sock)
+            c.sock.settimeout(AUTH_TIMEOUT)
+            facts = {"memory": self.memory, "free": self.free, "data_port": self.data_port,
+                     "pid": os.getpid(), "host": socket.gethostname()}
+            if not _ctl.server_handshake(c.sock, self._secret, facts):
+                with self._lock:
+                    self.counters["auth_failures"] += 1
+                self._log(f"{c.addr} refused: authentication failed (wrong secret)")
+                return
+            c.authenticated = True
+            c.sock.settimeout(None)
+            self._log(f"{c.addr} connected ({human(self.free)} free)")
+            while not self._stop.is_set():
+                msg = _ctl.recv_frame(c.sock)
+                if msg is None:
+                    break
+                _ctl.send_frame(c.sock, self._request(c, msg))
+            if self._stop.is_set():
+                why = "server stopping"
+        except (_ctl.ProtocolError, _Hostile) as e:
+            with self._lock:
+                self.counters["bad_frames"] += 1
+            why = f"bad frame: {e}"
+            if not c.authenticated:
+                self._log(f"{c.addr} refused: {why}")
+        except socket.timeout:
+            why = "timed out"
+            if not c.authenticated:
+                self._log(f"{c.addr} refused: did not authenticate within {AUTH_TIMEOUT:g} s")
+        except OSError as e:
+            why = f"connection lost ({e.strerror or e})"
+        finally:
+            try:
+                c.sock.close()
+            except OSError:
+                pass
+            freed = sum(a.size for a in c.allocs.values())
+            n = len(c.allocs)
+            for a in list(c.allocs.values()):
+                self._release(a)
+            c.allocs.clear()
+            with self._lock:
+                self._clients.discard(c)
+            if c.authenticated:
+                self._log(f"{c.addr} disconnected: {why}; freed {n} allocation(s), "
+                          f"{human(freed)} ({human(self.free)} free)")
+
+    def _request(self, c, msg):
+        op = msg.get("op")
+        if op == "alloc":
+            size, access = msg.get("size"), msg.get("access")
+            if not isinstance(size, int) or isinstance(size, bool) or access not in _ACCESS:
+                raise _Hostile("alloc needs an integer size and access 'r' or 'rw'")
+            return self._alloc(c, size, access)
+        if op == "register":
+            aid, access = msg.get("id"), msg.get("access")
+            if not isinstance(aid, int) or access not in _ACCESS:
+                raise _Hostile("register needs an integer id and access 'r' or 'rw'")
+            a = c.allocs.get(aid)
+            if a is None:
+                return {"ok": False, "error": f"no allocation {aid} on this connection"}
+            return self._register(a, access)
+        if op == "free":
+            aid = msg.get("id")
+            if not isinstance(aid, int):
+                raise _Hostile("free needs an integer id")
+            a = c.allocs.pop(aid, None)
+            if a is None:
+                return {"ok": False, "error": f"no allocation {aid} on this connection"}
+            self._release(a)
+            return {"ok": True, "free": self.free}
+        if op == "info":
+            with self._lock:
+                clients = sum(1 for x in self._clients if x.authenticated)
+                counters = dict(self.counters)
+            return {"ok": True, "memory": self.memory, "free": self.free, "clients": clients,
+                    "control": counters,
+                    "allocations": len(c.allocs), "data_port": self.data_port,
+                    "tcp": self._ctx.tcp_stats() if self._ctx is not None else {}}
+        raise _Hostile(f"unknown op {op!r}")
+
+    def _alloc(self, c, size, access):
+        if size <= 0:
+            return {"ok": False, "error": f"size must be positive, not {size}"}
+        if len(c.allocs) >= MAX_ALLOCS:
+            return {"ok": False, "error": f"at most {MAX_ALLOCS} allocations per client"}
+        rounded = -(-size // PAGE) * PAGE
+        with self._lock:
+            free = self.memory - self._used
+            if rounded > free:
+                self.counters["refused"] += 1
+                return {"ok": False, "free": free,
+                        "error": f"cannot allocate {size} bytes: {free} bytes free "
+                                 f"({human(free)} of {human(self.memory)})"}
+            self._used += rounded
+        try:
+            seg = _native.Segment(rounded)
+            self._ctx.add_segment(seg)
+        except (MemoryError, _native.Error) as e:
+            with self._lock:
+                self._used -= rounded
+            return {"ok": False, "free": self.free,
+                    "error": f"cannot allocate {size} bytes: the server's memory or segment "
+                             f"table is exhausted ({e})"}
+        a = _Alloc(c.next_id, seg, rounded)
+        c.next_id += 1
+        reply = self._register(a, access)
+        if not reply["ok"]:
+            self._release(a)
+            return reply
+        c.allocs[a.id] = a
+        with self._lock:
+            self.counters["allocations"] += 1
+        reply.update(id=a.id, size=size, data_port=self.data_port)
+        return reply
+
+    def _register(self, a, access):
+        try:
+            key = self._ctx.register(memoryview(a.seg), _ACCESS[access])
+        except _native.Error as e:
+            return {"ok": False, "error": f"the server's registration table is full ({e})"}
+        a.keys.append(key)
+        return {"ok": True, "key": key}
+
+    def _release(self, a):
+        """Deregister and unmap: the engine waits for data requests already inside the
+        segment, so once this returns no request can touch it and the pages go at once."""
+        with self._lock:
+            if a.released:
+                return
+            a.released = True
+        ctx = self._ctx
+        if ctx is not None:
+            for k in a.keys:
+                try:
+                    ctx.deregister(k)
+                except (_native.Error, ValueError):     # ValueError: engine already closed
+                    pass
+            try:
+                ctx.remove_segment(a.seg)
+            except (_native.Error, ValueError):
+                pass
+        a.keys = []
+        a.seg = None               # the last reference: the memfd is unmapped and closed
+        with self._lock:
+            self._used -= a.size
+
+
+def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0):
+    """Run a memory server until SIGTERM/SIGINT; returns the exit status (0 on a clean stop).
+
+    Secret: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the default path
+    (collectives.control.default_secret_path()), made there (mode 0600) if missing."""
+    log = (lambda line: print(f"pooltensor serve: {line}", file=sys.stderr, flush=True))
+    host, port = parse_address(listen, "--listen")
+    path = _ctl.secret_path(secret_file)
+    if path is None:
+        path = _ctl.default_secret_path()
+        if not os.path.exists(path):
+            _ctl.create_secret(path)
+            log(f"made a new secret at {path} (mode 0600): give clients a copy "
+                f"(init(connect=..., secret_file=...) or {_ctl.ENV_SECRET})")
+    secret = _ctl.read_secret(path)
+    server = Server(memory, host, port, secret, data_port, log).start()
+    stopping = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+        server._stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        log(f"serving {human(memory)} on {host}:{server.port} (data port {server.data_port}, "
+            f"secret {path})")
+        server.serve_forever()
+    finally:
+        server.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    if stopping:
+        log(f"stopped ({signal.Signals(stopping[0]).name})")
+    return 0
