@@ -105,22 +105,45 @@ def _read_range(pool, alloc, lo, hi, blk, dtype, big):
     S = pool.slab_size
     it = dtype.itemsize
     flat = blk.reshape(-1).view(np.uint8) if blk.flags.c_contiguous else None
-    for k in range(lo // S, (hi - 1) // S + 1):
-        a, b = max(lo, k * S), min(hi, (k + 1) * S)
-        m = alloc.members[k]
-        if (big and flat is not None and m != pool.me and b - a == S and
-                (alloc.heap, m, alloc.slots[k]) not in pool.cache.entries):
-            # a read bigger than the cache: full slabs go straight into the destination
-            pool.read_win[alloc.heap].get(m, alloc.slots[k] * S, flat[a - lo:b - lo])
-            pool.cache.misses += 1
-            pool.cache.bytes_fetched += S
-            prefetch.observe(pool, alloc, k)
-            continue
-        buf = slab_read(pool, alloc, k)
-        if flat is not None:
-            flat[a - lo:b - lo] = buf[a - k * S:b - k * S]
-        else:
-            blk.flat[(a - lo) // it:(b - lo) // it] = buf[a - k * S:b - k * S].view(dtype)
+    inflight = []
+    try:
+        for k in range(lo // S, (hi - 1) // S + 1):
+            a, b = max(lo, k * S), min(hi, (k + 1) * S)
+            m = alloc.members[k]
+            if (big and flat is not None and m != pool.me and b - a == S and
+                    (alloc.heap, m, alloc.slots[k]) not in pool.cache.entries):
+                # a read bigger than the cache: full slabs go straight into the destination
+                _direct(pool, alloc, k, flat[a - lo:b - lo], inflight)
+                continue
+            buf = slab_read(pool, alloc, k)
+            if flat is not None:
+                flat[a - lo:b - lo] = buf[a - k * S:b - k * S]
+            else:
+                blk.flat[(a - lo) // it:(b - lo) // it] = buf[a - k * S:b - k * S].view(dtype)
+    finally:
+        for req in inflight:
+            req.wait()
+
+
+# Direct slab reads kept in flight at once over tcp: enough to cover a round trip and keep
+# the peer's sender busy; the transport splits each into chunks, so this bounds buffering.
+DIRECT_INFLIGHT = 8
+
+
+def _direct(pool, alloc, k, dst, inflight):
+    """Slab k straight into dst: over tcp several are kept in flight (a synchronous get per
+    slab would pay a round trip each); over shared memory the caller copies it at once."""
+    m, S = alloc.members[k], pool.slab_size
+    win = pool.read_win[alloc.heap]
+    if pool.world.transports[m] == "tcp":
+        if len(inflight) >= DIRECT_INFLIGHT:
+            inflight.pop(0).wait()
+        inflight.append(win.get_async(m, alloc.slots[k] * S, dst))
+    else:
+        win.get(m, alloc.slots[k] * S, dst)
+    pool.cache.misses += 1
+    pool.cache.bytes_fetched += S
+    prefetch.observe(pool, alloc, k)
 
 
 def gather(pool, alloc, offsets, dtype, out):

@@ -385,7 +385,11 @@ static PyObject *Context_remove_segment(ContextObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!", &SegmentType, &seg))
         return NULL;
     CTX(self);
-    pt_status_t st = pt_ctx_remove_segment(self->ctx, seg->seg);
+    pt_status_t st;
+    /* waits for tcp requests still being served from the segment: without the GIL */
+    Py_BEGIN_ALLOW_THREADS
+    st = pt_ctx_remove_segment(self->ctx, seg->seg);
+    Py_END_ALLOW_THREADS
     if (st != PT_OK)
         return raise_status(st);
     Py_RETURN_NONE;
@@ -416,7 +420,10 @@ static PyObject *Context_deregister(ContextObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "K", &key))
         return NULL;
     CTX(self);
-    pt_status_t st = pt_ctx_deregister(self->ctx, key);
+    pt_status_t st;
+    Py_BEGIN_ALLOW_THREADS            /* may wait for tcp requests in progress on it */
+    st = pt_ctx_deregister(self->ctx, key);
+    Py_END_ALLOW_THREADS
     if (st != PT_OK)
         return raise_status(st);
     Py_RETURN_NONE;
