@@ -6,10 +6,13 @@
     x[10:20, ::3] = 1.0                  # one-sided writes, element-precise
     y = x[5:15].to_numpy()               # faulted in through the slab cache
     for block in x.blocks(): ...         # streamed, next slabs prefetched
+    z = np.sin(x) * 2 + x                # numpy's ufuncs and operators: pool arrays, blockwise
     pt.finalize()                        # also at exit
 
 Under mpiexec or ``python -m collectives.launch`` every rank is a member (SPMD): creation is
 collective, indexing is one-sided, and ``pt.sync()`` makes every write visible everywhere.
+Operations on pool arrays are collective too: each rank computes the slabs it homes.
+This module is also the Array API namespace of pool arrays (``x.__array_namespace__()``).
 """
 __version__ = "0.1.0"
 
@@ -17,9 +20,28 @@ from . import random  # noqa: E402
 from .array import ndarray  # noqa: E402
 from .creation import (arange, asarray, empty, from_numpy, full, linspace, ones,  # noqa: E402
                        zeros)
-from .errors import MaterializeTooLarge, PoolClosed, PoolOutOfMemory  # noqa: E402
+from .errors import (FallbackWarning, MaterializeTooLarge, PerformanceWarning,  # noqa: E402
+                     PoolClosed, PoolOutOfMemory)
 from .pool import Pool  # noqa: E402
 from .runtime import current, finalize, init, sync  # noqa: E402
+
+# -- the Array API namespace (x.__array_namespace__() is this module) ---------------------------
+from . import namespace as _ns  # noqa: E402
+from .namespace import API_VERSIONS, __array_api_version__  # noqa: E402
+
+for _name in _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _ns.CREATION:
+    globals()[_name] = getattr(_ns, _name)
+
+# -- reductions, linear algebra and shape functions (reductions.py, linalg.py, shape.py) --------
+from .linalg import dot, matmul  # noqa: E402
+from .reductions import (all, any, argmax, argmin, max, mean, min, prod, std, sum,  # noqa: E402
+                         var)
+from .shape import (concat, concatenate, expand_dims, matrix_transpose, moveaxis,  # noqa: E402
+                    permute_dims, ravel, reshape, squeeze, stack, swapaxes, transpose)
+
+_OPS = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all",
+        "matmul", "dot", "reshape", "ravel", "transpose", "permute_dims", "matrix_transpose",
+        "swapaxes", "moveaxis", "squeeze", "expand_dims", "concatenate", "concat", "stack"]
 
 
 def stats():
@@ -29,4 +51,7 @@ def stats():
 
 __all__ = ["init", "finalize", "sync", "current", "stats", "Pool", "ndarray", "zeros", "ones",
            "empty", "full", "arange", "linspace", "asarray", "from_numpy", "random",
-           "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge"]
+           "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge", "FallbackWarning",
+           "PerformanceWarning", "__array_api_version__"]
+__all__ += _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _ns.CREATION
+__all__ += _OPS

@@ -9,6 +9,7 @@ Where an element lives: byte b of the array's allocation is in slab b // slab_si
 ``slab_members[b // slab_size]``.
 """
 import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import indexing, prefetch, transfer
 from .errors import MaterializeTooLarge
@@ -32,8 +33,12 @@ def _as_index(index):
     return idx
 
 
-class ndarray:
-    """An n-dimensional array in the pool. Made by the creation functions, never directly."""
+class ndarray(NDArrayOperatorsMixin):
+    """An n-dimensional array in the pool. Made by the creation functions, never directly.
+
+    Python's operators (+ - * / // % ** & | ^ << >> ~ -x +x abs() and comparisons, and their
+    in-place forms) are numpy's ufuncs (NDArrayOperatorsMixin), which come back to
+    __array_ufunc__: numpy's semantics, computed blockwise where the slabs live."""
 
     __slots__ = ("_a", "_off", "_shape", "_strides", "_dtype", "__weakref__")
 
@@ -306,6 +311,12 @@ class ndarray:
             raise ValueError("assignment destination is read-only")
         idx = _as_index(index)
         if isinstance(value, ndarray):
+            if value._a is a and indexing.is_basic(idx):
+                d, shape, strides = indexing.basic(self._shape, self._strides, self._dtype,
+                                                   idx)
+                if (value._off, value._shape, value._strides) == (self._off + d, shape,
+                                                                  strides):
+                    return      # x[i] += y: the in-place result is already there
             if value.nbytes > CHUNK and indexing.is_basic(idx):
                 return self._assign_chunked(idx, value)
             value = value.to_numpy()
@@ -443,6 +454,69 @@ class ndarray:
             part.flags.writeable = False
             yield i * per_row, part
 
+    # -- numpy protocols and elementwise operations (see ufuncs.py, dispatch.py) -------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from . import ufuncs
+        return ufuncs.array_ufunc(self, ufunc, method, *inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from . import dispatch
+        return dispatch.array_function(self, func, types, args, kwargs)
+
+    def __array_namespace__(self, *, api_version=None):
+        """The Array API namespace of pool arrays: the pooltensor module."""
+        import pooltensor
+        if api_version is not None and api_version not in pooltensor.API_VERSIONS:
+            raise ValueError(f"unsupported Array API version {api_version!r}; supported: "
+                             f"{', '.join(pooltensor.API_VERSIONS)}")
+        return pooltensor
+
+    def __pow__(self, other):
+        # numpy's ndarray ** 2 is np.square (bool ** 2 is then int8, not power's int64)
+        if type(other) is int and other == 2:
+            return np.square(self)
+        return NDArrayOperatorsMixin.__pow__(self, other)
+
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        """The values cast to `dtype` as a new pool array (self if copy=False and the dtype
+        matches); numpy's casting rules."""
+        from . import ufuncs
+        return ufuncs.astype(self, dtype, casting=casting, copy=copy)
+
+    def copy(self, order="K"):
+        """A new pool array with the same values (placed like this one)."""
+        from . import ufuncs
+        return ufuncs.copy(self)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def clip(self, min=None, max=None, out=None, **kwargs):
+        """Values limited to [min, max] (np.clip)."""
+        from . import ufuncs
+        return ufuncs.clip(self, min, max, out=out, **kwargs)
+
+    def conj(self):
+        """Complex conjugate, elementwise."""
+        return np.conjugate(self)
+
+    conjugate = conj
+
+    @property
+    def real(self):
+        """The real part (a new pool array; the values themselves for real dtypes)."""
+        from . import namespace
+        return namespace.real(self)
+
+    @property
+    def imag(self):
+        """The imaginary part (a new pool array; zeros for real dtypes)."""
+        from . import namespace
+        return namespace.imag(self)
+
     # -- printing --------------------------------------------------------------------------
     def _summary(self):
         """A small numpy array that prints like this array (fetches only what is printed).
@@ -502,3 +576,106 @@ class ndarray:
         if self.size != 1 or self._dtype.kind not in "iub":
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
         return int(self.item())
+
+    # -- reductions, linear algebra and shape (see reductions.py, linalg.py, shape.py) --------
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        """Sum over the given axes (numpy.sum); numpy result when small, see reductions."""
+        from . import reductions
+        return reductions.sum(self, axis, dtype, out, keepdims, **kw)
+
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        """Product over the given axes (numpy.prod)."""
+        from . import reductions
+        return reductions.prod(self, axis, dtype, out, keepdims, **kw)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        """Arithmetic mean over the given axes (numpy.mean)."""
+        from . import reductions
+        return reductions.mean(self, axis, dtype, out, keepdims, **kw)
+
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+        """Variance over the given axes (numpy.var)."""
+        from . import reductions
+        return reductions.var(self, axis, dtype, out, ddof, keepdims, **kw)
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+        """Standard deviation over the given axes (numpy.std)."""
+        from . import reductions
+        return reductions.std(self, axis, dtype, out, ddof, keepdims, **kw)
+
+    def min(self, axis=None, out=None, keepdims=False, **kw):
+        """Minimum over the given axes (numpy.min)."""
+        from . import reductions
+        return reductions.min(self, axis, out, keepdims, **kw)
+
+    def max(self, axis=None, out=None, keepdims=False, **kw):
+        """Maximum over the given axes (numpy.max)."""
+        from . import reductions
+        return reductions.max(self, axis, out, keepdims, **kw)
+
+    def argmin(self, axis=None, out=None, *, keepdims=False):
+        """Index of the first minimum (numpy.argmin)."""
+        from . import reductions
+        return reductions.argmin(self, axis, out, keepdims=keepdims)
+
+    def argmax(self, axis=None, out=None, *, keepdims=False):
+        """Index of the first maximum (numpy.argmax)."""
+        from . import reductions
+        return reductions.argmax(self, axis, out, keepdims=keepdims)
+
+    def any(self, axis=None, out=None, keepdims=False, **kw):
+        """Whether any element is true over the given axes (numpy.any)."""
+        from . import reductions
+        return reductions.any(self, axis, out, keepdims, **kw)
+
+    def all(self, axis=None, out=None, keepdims=False, **kw):
+        """Whether every element is true over the given axes (numpy.all)."""
+        from . import reductions
+        return reductions.all(self, axis, out, keepdims, **kw)
+
+    def reshape(self, *shape, order="C", copy=None):
+        """The elements in a new shape: a view when the layout allows, else a copy."""
+        from . import shape as _shape
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return _shape.reshape(self, shape, order=order, copy=copy)
+
+    def ravel(self, order="C"):
+        """The elements as a 1-D array (a view when possible)."""
+        from . import shape as _shape
+        return _shape.ravel(self, order)
+
+    def flatten(self, order="C"):
+        """A 1-D copy of the elements."""
+        from . import shape as _shape
+        return _shape.flatten(self, order)
+
+    def transpose(self, *axes):
+        """The axes permuted (reversed when none are given): a view."""
+        from . import shape as _shape
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], (int, np.integer))):
+            axes = axes[0]
+        return _shape.transpose(self, axes or None)
+
+    def swapaxes(self, axis1, axis2):
+        """Two axes interchanged: a view."""
+        from . import shape as _shape
+        return _shape.swapaxes(self, axis1, axis2)
+
+    def squeeze(self, axis=None):
+        """Length-one axes removed: a view."""
+        from . import shape as _shape
+        return _shape.squeeze(self, axis)
+
+    def dot(self, b, out=None):
+        """Matrix product with b (numpy.dot)."""
+        from . import linalg
+        return linalg.dot(self, b, out=out)
+
+    def __matmul__(self, other):
+        from . import linalg
+        return linalg.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from . import linalg
+        return linalg.matmul(other, self)

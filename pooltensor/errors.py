@@ -25,3 +25,11 @@ class PoolClosed(PooltensorError, RuntimeError):
 
 class MaterializeTooLarge(PooltensorError, ValueError):
     """to_numpy()/__array__ refused: the selection is larger than the configured limit."""
+
+
+class FallbackWarning(UserWarning):
+    """A numpy function or ufunc method with no pooltensor implementation ran on numpy copies
+    of the pool arrays (materialized in this process: slow, and bounded by materialize_limit)."""
+
+
+PerformanceWarning = FallbackWarning

@@ -11,12 +11,30 @@ call it with the same pool state get the same answer without exchanging a messag
 - ``balanced``: water-filling on free memory: the members with most free memory take slabs
   until every member has about as much left, laid out in blocks (most free first).
 - a list of members, e.g. ``[1, 2]``: ``block`` over just those members (no spill outside).
+- ``Explicit(homes)``: one member per slab, decided by the caller (a result array lined up
+  with an operand, so each owner computes on local data).
 """
 POLICIES = ("block", "interleave", "local", "balanced")
 
 
+class Explicit:
+    """A home member for every slab of one allocation (spills like any policy when full)."""
+
+    __slots__ = ("homes",)
+
+    def __init__(self, homes):
+        self.homes = [int(m) for m in homes]
+
+    def __repr__(self):
+        return f"Explicit({len(self.homes)} slabs on members {sorted(set(self.homes))})"
+
+
 def check(policy, nmembers):
     """Validate a placement argument; returns it normalized (str or tuple of members)."""
+    if isinstance(policy, Explicit):
+        if any(not 0 <= m < nmembers for m in policy.homes):
+            raise ValueError(f"placement names a member outside 0..{nmembers - 1}")
+        return policy
     if isinstance(policy, str):
         if policy not in POLICIES:
             raise ValueError(f"placement must be one of {POLICIES} or a list of members, "
@@ -52,6 +70,11 @@ def plan(policy, nslabs, free, me):
 
     free: free slabs of each member (list); me: the calling member."""
     n = len(free)
+    if isinstance(policy, Explicit):
+        if len(policy.homes) != nslabs:
+            raise ValueError(f"explicit placement of {len(policy.homes)} slabs for an "
+                             f"allocation of {nslabs}")
+        return list(policy.homes)
     if isinstance(policy, tuple):
         return _blocks(nslabs, policy)
     if policy == "block":

@@ -335,8 +335,11 @@ class Pool:
                                        world=self.world)
             if int(mx[0]) == 0:
                 return
-            lists = self.world.allgather_object([p[0] for p in self._pending])
-            common = set(lists[0]).intersection(*map(set, lists[1:]))
+            # the ids (>= 1) padded with 0 to the longest list: one data-plane allgather
+            ids = np.zeros(int(mx[0]), np.int64)
+            ids[:len(self._pending)] = [p[0] for p in self._pending]
+            lists = collectives.allgather(ids, world=self.world).tolist()
+            common = set(lists[0]).intersection(*map(set, lists[1:])) - {0}
             now = [p for p in self._pending if p[0] in common]
             self._pending = [p for p in self._pending if p[0] not in common]
             self._apply(now)

@@ -1,0 +1,615 @@
+"""Executors: blockwise work over pool arrays, done where the data lives.
+
+Who computes what. A result (or any target) array is cut into *units*: runs of its slabs that
+one member homes in consecutive slots (so a unit is one contiguous piece of that member's
+memory), at most BLOCK_BYTES each. In SPMD (every rank runs the same program) each rank
+computes the units it homes, writing straight into its own memory, and faults in the input
+slabs it needs through the slab cache; the call ends with the pool's sync (flush + barrier +
+revalidate), so every rank then sees every result, and an error numpy raised on one rank's
+blocks is raised on every rank (no rank is left waiting for the others). A plain script is the only process with
+code to run: it computes every unit, streaming the inputs through its cache with the
+prefetcher ahead, and writes each result at its home (remote homes with one put per piece).
+
+Python works per unit and per box, never per element (DESIGN rule 1): a unit is a flat
+element range of the target in C order, cut into at most 2*ndim-1 rectangular boxes
+(``boxes``); numpy computes each box in one call, on views of local memory or of pinned cache
+frames when the operand's part lies in one place, on one copy otherwise.
+
+Operands are pool arrays (broadcast to the target's shape: only the part a box needs is read,
+then broadcast by numpy), numpy arrays (every rank passes the same values, as with
+from_numpy) and scalars. A pool operand that shares memory with the target at other
+positions (``x[1:] += x[:-1]``) is copied first, so blockwise order cannot change the result.
+"""
+import pickle
+
+import numpy as np
+
+import collectives
+
+from . import prefetch, transfer
+from .indexing import contiguous, extent
+
+BLOCK_BYTES = 4 << 20     # largest unit of local slabs: numpy's passes stay in the CPU caches
+
+
+def spmd(pool):
+    """True when every rank runs the same program (under mpiexec or the launcher)."""
+    return pool.role == "spmd"
+
+
+def collective(*arrays):
+    """True when work on these pool arrays is collective: SPMD and at least one of them lives
+    in the shared heaps (private arrays are one rank's own: that rank does all their work)."""
+    from .array import ndarray
+    for x in arrays:
+        if isinstance(x, ndarray) and x._a.heap != "pv" and x._a.pool.spmd:
+            return True
+    return False
+
+
+# -- result arrays -------------------------------------------------------------------------------
+
+def _byte_of(x, flat):
+    """Byte offsets (allocation-relative) of the elements of x at C-order flat indices."""
+    if not x._shape:
+        return np.full(len(flat), x._off, np.int64)
+    idx = np.unravel_index(flat, x._shape)
+    b = np.full(len(flat), x._off, np.int64)
+    for i, st in zip(idx, x._strides):
+        b += i.astype(np.int64) * st
+    return b
+
+
+def new_like(shape, dtype, like=None, access=None):
+    """A new (uninitialized) pool array for a result; collective in SPMD, as creation is.
+
+    like: a pool array of the same shape: the result's slabs are homed where `like` holds the
+    same elements (the first element of each result slab decides), so the owners of a
+    blockwise computation find their operand on their own member. access defaults to
+    'private' when `like` is private, else 'readwrite'."""
+    from .creation import _check_dtype, _shape, empty
+    from .placement import Explicit
+    from .runtime import current
+    shape = _shape(shape)
+    dtype = _check_dtype(dtype)
+    if access is None:
+        access = "private" if (like is not None and like._a.heap == "pv") else "readwrite"
+    pool = current()
+    placement = None
+    n = 1
+    for d in shape:
+        n *= d
+    if (like is not None and access != "private" and pool.size > 1 and n and
+            tuple(like.shape) == shape):
+        S = pool.slab_size
+        E = S // dtype.itemsize
+        nslabs = -(-n * dtype.itemsize // S)
+        first = np.arange(nslabs, dtype=np.int64) * E
+        ks = _byte_of(like, first) // S
+        members = np.asarray(like._a.members, np.int64)
+        placement = Explicit(members[ks].tolist())
+    return empty(shape, dtype, placement=placement, access=access)
+
+
+# -- units and boxes -------------------------------------------------------------------------------
+
+def boxes(shape, e0, e1):
+    """The C-order flat range [e0, e1) of an array of `shape` as rectangular boxes, in order:
+    a list of (index, count), index a tuple of slices (one per axis, step 1) and count its
+    elements. At most 2*ndim-1 boxes."""
+    nd = len(shape)
+    if e0 >= e1:
+        return []
+    if nd == 0:
+        return [((), 1)]
+    el = [1] * nd
+    for d in range(nd - 2, -1, -1):
+        el[d] = el[d + 1] * shape[d + 1]
+    out = []
+    full = [slice(0, n) for n in shape]
+
+    def rec(a, b, d, prefix):
+        s = el[d]
+        if a % s == 0 and b % s == 0:
+            out.append((prefix + (slice(a // s, b // s),) + tuple(full[d + 1:]), b - a))
+            return
+        i0, i1 = a // s, (b - 1) // s
+        if i0 == i1:
+            rec(a - i0 * s, b - i0 * s, d + 1, prefix + (slice(i0, i0 + 1),))
+            return
+        if a % s:
+            rec(a - i0 * s, s, d + 1, prefix + (slice(i0, i0 + 1),))
+            i0 += 1
+        m1 = b // s
+        if m1 > i0:
+            out.append((prefix + (slice(i0, m1),) + tuple(full[d + 1:]), (m1 - i0) * s))
+        if b % s:
+            rec(0, b - m1 * s, d + 1, prefix + (slice(m1, m1 + 1),))
+
+    rec(e0, e1, 0, ())
+    return out
+
+
+def _box_shape(box):
+    return tuple(s.stop - s.start for s in box)
+
+
+def units(x):
+    """Work units of pool array x: a list of (e0, e1, owner), flat C-order element ranges.
+
+    C-contiguous x: runs of slabs homed by one member in consecutive slots (one piece of its
+    memory), at most BLOCK_BYTES; a slab of another member (plain script) is a unit of its own.
+    Other views: chunks of about a slab of elements, owned by the home of their first element.
+    """
+    n = x.size
+    if n == 0:
+        return []
+    a = x._a
+    pool = a.pool
+    S = pool.slab_size
+    it = x.itemsize
+    me = pool.me
+    if not contiguous(x._shape, x._strides, it):
+        step = max(1, S // it)
+        starts = list(range(0, n, step))
+        owners = (_byte_of(x, np.asarray(starts, np.int64)) // S).tolist()
+        return [(e, min(n, e + step), a.members[k]) for e, k in zip(starts, owners)]
+    lo, hi = x._off, x._off + n * it
+    k0, k1 = lo // S, (hi - 1) // S
+    members, slots = a.members, a.slots
+    cap = max(S, BLOCK_BYTES)
+    out = []
+    k = k0
+    while k <= k1:
+        m = members[k]
+        j = k
+        if m == me:
+            while (j < k1 and members[j + 1] == m and slots[j + 1] == slots[j] + 1 and
+                   (j + 2 - k) * S <= cap):
+                j += 1
+        b0, b1 = max(lo, k * S), min(hi, (j + 1) * S)
+        out.append(((b0 - lo) // it, (b1 - lo) // it, m))
+        k = j + 1
+    return out
+
+
+def _mine(pool, owner, coll):
+    return not coll or owner == pool.me
+
+
+# -- reading and writing pieces --------------------------------------------------------------------
+
+def _local_base(pool, a, lo, hi, writable):
+    """(buffer, byte offset of allocation byte 0 in it) when bytes [lo, hi) of allocation `a`
+    are one piece of memory this process can address directly (homed here in consecutive
+    slots, or read-only mapped from a same-machine member); else None."""
+    S = pool.slab_size
+    k0, k1 = lo // S, (hi - 1) // S
+    members, slots = a.members, a.slots
+    m = members[k0]
+    for k in range(k0 + 1, k1 + 1):
+        if members[k] != m or slots[k] != slots[k0] + (k - k0):
+            return None
+    if m == pool.me:
+        base = pool.local[a.heap]
+    elif writable or not pool.mapped:
+        return None
+    else:
+        base = pool.mapped.get((a.heap, m))
+        if base is None:
+            return None
+    return base, slots[k0] * S - k0 * S
+
+
+class _Scratch:
+    """Temporary buffers of one executor call, kept for the next call (a few sets at most),
+    so big blocks do not page-fault fresh memory every time."""
+
+    _free = []
+
+    def __init__(self):
+        self.bufs = {}
+
+    @classmethod
+    def take(cls):
+        return cls._free.pop() if cls._free else cls()
+
+    def give(self):
+        if len(self._free) < 4:
+            self._free.append(self)
+
+    def get(self, key, shape, dtype):
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = max(1, n * dtype.itemsize)
+        b = self.bufs.get(key)
+        if b is None or b.nbytes < nbytes:
+            b = self.bufs[key] = np.empty(max(nbytes, 4096), np.uint8)
+        return b[:n * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def read_part(x, off, shape, strides, scratch=None, key=None):
+    """The elements of the pool view (off, shape, strides) of x's allocation as numpy: a
+    read-only view of local (or mapped) memory, a pinned view of one cached slab, or a copy
+    (into scratch[key] when given)."""
+    a = x._a
+    pool = a.pool
+    dtype = x._dtype
+    n = 1
+    for d in shape:
+        n *= d
+    if n == 0:
+        return np.empty(shape, dtype)
+    lo, hi = extent(off, shape, strides, dtype.itemsize)
+    got = _local_base(pool, a, lo, hi, False)
+    if got is not None:
+        buf, shift = got
+        arr = np.ndarray(shape, dtype, buffer=buf, offset=shift + off, strides=strides)
+        arr.flags.writeable = False
+        return arr
+    S = pool.slab_size
+    k = lo // S
+    if (hi - 1) // S == k:                     # one remote slab: a view of its cache frame
+        e = transfer.slab_entry(pool, a, k)
+        frame = pool.cache.ready(e)
+        arr = np.ndarray(shape, dtype, buffer=frame, offset=off - k * S, strides=strides)
+        return pool.cache.export(e, arr)
+    out = scratch.get(key, shape, dtype) if scratch is not None else np.empty(shape, dtype)
+    return transfer.read(pool, a, off, shape, strides, dtype, out)
+
+
+def _sub(off, shape, strides, box):
+    """The pool view (off, shape, strides) restricted to `box` (slices, step 1); axes of
+    length 1 are broadcast axes and keep their single element."""
+    sh = []
+    for n, st, s in zip(shape, strides, box):
+        if n == 1:
+            sh.append(1)
+        else:
+            off += s.start * st
+            sh.append(s.stop - s.start)
+    return off, tuple(sh), strides
+
+
+class _Op:
+    """One operand aligned to the target's ndim: kind 'pool', 'numpy' or 'scalar'."""
+
+    __slots__ = ("kind", "value", "x", "off", "shape", "strides")
+
+    def __init__(self, value, ndim):
+        from .array import ndarray
+        self.value = value
+        if isinstance(value, ndarray):
+            self.kind = "pool"
+            self.x = value
+            pad = ndim - value.ndim
+            self.off = value._off
+            self.shape = (1,) * pad + value._shape
+            self.strides = (0,) * pad + value._strides
+        elif isinstance(value, np.ndarray) and value.ndim:
+            self.kind = "numpy"
+            self.value = value.reshape((1,) * (ndim - value.ndim) + value.shape)
+        else:
+            self.kind = "scalar"
+
+    def part(self, box, scratch, key):
+        if self.kind == "scalar":
+            return self.value
+        if self.kind == "numpy":
+            v = self.value
+            return v[tuple(slice(0, 1) if n == 1 else s for n, s in zip(v.shape, box))]
+        off, sh, st = _sub(self.off, self.shape, self.strides, box)
+        return read_part(self.x, off, sh, st, scratch, key)
+
+    def slabs(self, box):
+        """Slab range [k0, k1] the part for `box` touches (for prefetching)."""
+        off, sh, st = _sub(self.off, self.shape, self.strides, box)
+        lo, hi = extent(off, sh, st, self.x.itemsize)
+        S = self.x._a.pool.slab_size
+        return lo // S, (hi - 1) // S
+
+
+def _overlaps(x, y):
+    """x and y (pool arrays) share bytes of one allocation at different element positions."""
+    if x._a is not y._a or x.size == 0 or y.size == 0:
+        return False
+    lo1, hi1 = extent(x._off, x._shape, x._strides, x.itemsize)
+    lo2, hi2 = extent(y._off, y._shape, y._strides, y.itemsize)
+    if hi1 <= lo2 or hi2 <= lo1:
+        return False
+    return not (x._off == y._off and x._shape == y._shape and x._strides == y._strides)
+
+
+def copy(x, like=None):
+    """A new pool array holding the values of pool array x (placed like `like`, default x)."""
+    out = new_like(x.shape, x.dtype, like=x if like is None else like)
+    run(_assign, [out], [x], fresh=True)
+    return out
+
+
+def _assign(parts, dsts):
+    np.copyto(dsts[0], parts[0], casting="unsafe")
+
+
+# -- the executor ---------------------------------------------------------------------------------
+
+def run(kernel, outs, operands, fill=False, fresh=False):
+    """Compute kernel(parts, dsts) over every box of outs[0]'s units this process handles.
+
+    outs: pool arrays of one shape (the targets); operands: pool arrays, numpy arrays or
+    scalars that broadcast to that shape. kernel gets, per box, the operands' parts (numpy
+    arrays of at most the box's shape, broadcastable to it, or the scalars) and one writable
+    numpy array of the box's shape per target, and must fill the targets. fill=True: the
+    targets' current values are read first (a kernel with where= keeps them).
+    Collective in SPMD unless every target is private: it starts with a barrier (unless
+    fresh=True: targets nobody else has seen yet), so no rank overwrites a target another is
+    still reading, and ends with the pool's sync, so every rank sees every result."""
+    from .array import ndarray
+    x = outs[0]
+    pool = x._a.pool
+    pool.check_open()
+    shape = x._shape
+    for o in outs:
+        if o._a.heap == "ro":
+            raise ValueError("output array is read-only")
+        if o._shape != shape:
+            raise ValueError(f"outputs of different shapes: {o._shape} and {shape}")
+    coll = collective(*outs)
+    ops = []
+    for v in operands:
+        if isinstance(v, ndarray):
+            for o in outs:
+                if _overlaps(o, v):
+                    v = copy(v)
+                    break
+        ops.append(_Op(v, len(shape)))
+    if coll and not fresh and pool.size > 1:
+        pool.world.barrier()
+    scratch = _Scratch.take()
+    err = None
+    try:
+        _execute(kernel, outs, ops, pool, coll, fill, scratch)
+    except Exception as e:           # noqa: BLE001  (re-raised below, on every rank)
+        if not coll or pool.size == 1:
+            raise
+        err = e
+    finally:
+        scratch.give()
+    if coll:
+        if pool.size > 1:
+            _agree_on_errors(pool, err)
+        pool.sync()
+
+
+def _agree_on_errors(pool, err):
+    """SPMD: a kernel that failed on one rank (numpy's error on that rank's blocks) fails on
+    every rank, with that rank's exception, instead of leaving the others waiting."""
+    flag = collectives.allreduce(np.array([0 if err is None else 1], np.int64), "max",
+                                 world=pool.world)
+    if not int(flag[0]):
+        return
+    try:
+        mine = pickle.dumps(err) if err is not None else None
+        pickle.loads(mine) if mine is not None else None
+    except Exception:            # noqa: BLE001  (an exception that does not pickle)
+        mine = pickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
+    errs = allgather(mine)
+    pool.sync()
+    if err is not None:
+        raise err
+    first = next(r for r, e in enumerate(errs) if e is not None)
+    exc = pickle.loads(errs[first])
+    raise exc from RuntimeError(f"raised on rank {first} while computing its blocks")
+
+
+def _execute(kernel, outs, ops, pool, coll, fill, scratch):
+    x = outs[0]
+    shape = x._shape
+    mine = [u for u in units(x) if _mine(pool, u[2], coll)]
+    if not mine:
+        return
+    contig = [contiguous(o._shape, o._strides, o.itemsize) for o in outs]
+    remote_ops = [op for op in ops if op.kind == "pool"]
+    # slabs of each pool operand kept in flight per unit planned ahead
+    depth = max(1, prefetch.limit(pool) // max(1, len(remote_ops))) if remote_ops else 0
+    plans = [None] * len(mine)
+
+    def plan(i):
+        e0, e1, _ = mine[i]
+        bx = boxes(shape, e0, e1)
+        plans[i] = bx
+        for op in remote_ops:
+            a = op.x._a
+            for box, _ in bx:
+                k0, k1 = op.slabs(box)
+                for k in range(k0, min(k1, k0 + depth - 1) + 1):
+                    if a.members[k] != pool.me:
+                        prefetch.issue(pool, a, k)
+
+    planned = 0
+    for i, (e0, e1, _) in enumerate(mine):
+        while planned < min(len(mine), i + 1 + depth):
+            plan(planned)
+            planned += 1
+        bx = plans[i]
+        plans[i] = None
+        flat = []                 # per target: (flat numpy, write back?) for contiguous ones
+        for j, o in enumerate(outs):
+            if contig[j]:
+                flat.append(_flat_dst(o, e0, e1, fill, scratch, ("out", j)))
+            else:
+                flat.append(None)
+        pos = 0
+        for box, cnt in bx:
+            bshape = _box_shape(box)
+            parts = [op.part(box, scratch, ("in", n)) for n, op in enumerate(ops)]
+            dsts, back = [], []
+            for j, o in enumerate(outs):
+                if flat[j] is not None:
+                    dsts.append(flat[j][0][pos:pos + cnt].reshape(bshape))
+                else:
+                    d, wb = _box_dst(o, box, fill, scratch, ("box", j))
+                    dsts.append(d)
+                    back.append((o, box, d, wb))
+            kernel(parts, dsts)
+            del parts
+            for o, box, d, wb in back:
+                off, sh, st = _sub(o._off, o._shape, o._strides, box)
+                if wb:
+                    transfer.write(pool, o._a, off, sh, st, o._dtype, d)
+                elif pool.coherent and o._a.heap == "rw":
+                    lo, hi = extent(off, sh, st, o.itemsize)
+                    S = pool.slab_size
+                    transfer.bump(pool, o._a, range(lo // S, (hi - 1) // S + 1))
+            pos += cnt
+        for j, o in enumerate(outs):
+            if flat[j] is None:
+                continue
+            arr, wb = flat[j]
+            lo = o._off + e0 * o.itemsize
+            if wb:
+                transfer.write(pool, o._a, lo, (e1 - e0,), (o.itemsize,), o._dtype, arr)
+            elif pool.coherent and o._a.heap == "rw":
+                S = pool.slab_size
+                hi = o._off + e1 * o.itemsize
+                transfer.bump(pool, o._a, range(lo // S, (hi - 1) // S + 1))
+
+
+def _flat_dst(o, e0, e1, fill, scratch, key):
+    """Where a contiguous target's elements [e0, e1) are computed: (numpy 1-D, write back?)."""
+    a = o._a
+    pool = a.pool
+    it = o.itemsize
+    lo, hi = o._off + e0 * it, o._off + e1 * it
+    got = _local_base(pool, a, lo, hi, True)
+    if got is not None:
+        buf, shift = got
+        return np.ndarray((e1 - e0,), o._dtype, buffer=buf, offset=shift + lo), False
+    arr = scratch.get(key, (e1 - e0,), o._dtype)
+    if fill:
+        transfer.read(pool, a, lo, (e1 - e0,), (it,), o._dtype, arr)
+    return arr, True
+
+
+def _box_dst(o, box, fill, scratch, key):
+    """Where a strided target's box is computed: (numpy of the box's shape, write back?)."""
+    a = o._a
+    pool = a.pool
+    off, sh, st = _sub(o._off, o._shape, o._strides, box)
+    lo, hi = extent(off, sh, st, o.itemsize)
+    got = _local_base(pool, a, lo, hi, True)
+    if got is not None:
+        buf, shift = got
+        return np.ndarray(sh, o._dtype, buffer=buf, offset=shift + off, strides=st), False
+    arr = scratch.get(key, sh, o._dtype)
+    if fill:
+        transfer.read(pool, a, off, sh, st, o._dtype, arr)
+    return arr, True
+
+
+def map_blocks(fn, out, *operands):
+    """out = fn(*operands), computed blockwise where out's slabs live.
+
+    For each block of `out` this process handles (SPMD: the ones it homes; a plain script:
+    all, streamed), fn is called on numpy arrays: the matching part of every operand (pool
+    arrays and numpy arrays broadcast to the block's shape, scalars as they are), and its
+    result is cast into the block (numpy's broadcasting, 'unsafe' casting as numpy's
+    assignment). Returns once the writes are visible everywhere (SPMD: the pool's sync)."""
+    def kernel(parts, dsts):
+        d = dsts[0]
+        parts = [np.broadcast_to(p, d.shape) if isinstance(p, np.ndarray) else p
+                 for p in parts]
+        d[...] = fn(*parts)
+    run(kernel, [out], [np.asarray(v) if isinstance(v, (list, tuple)) else v
+                        for v in operands])
+    return out
+
+
+def local_blocks(x):
+    """The blocks of pool array x this process is responsible for, as (index, numpy array).
+
+    index: a tuple of slices (step 1, one per axis) into x; the array holds x[index] (read-only
+    when it is a view of pool memory or of a cache frame; keep it only as long as needed).
+    SPMD (for a shared array): the blocks of the units this rank homes (see units()), so every
+    element is yielded on exactly one rank, mostly from local memory; a plain script (or a
+    private array): every block, streamed through the cache with the next blocks prefetched.
+    In C order. Not collective: combine per-rank results with allreduce/allgather."""
+    pool = x._a.pool
+    pool.check_open()
+    coll = collective(x)
+    mine = [u for u in units(x) if _mine(pool, u[2], coll)]
+    if not mine:
+        return
+    scratch = _Scratch()
+    op = _Op(x, x.ndim)
+    contig = contiguous(x._shape, x._strides, x.itemsize)
+    it = x.itemsize
+    depth = prefetch.limit(pool)
+    a = x._a
+    for i, (e0, e1, _) in enumerate(mine):
+        for nxt in mine[i + 1:i + 2]:
+            lo = x._off + nxt[0] * it if contig else None
+            if lo is not None:
+                S = pool.slab_size
+                k0, k1 = lo // S, (x._off + nxt[1] * it - 1) // S
+                for k in range(k0, min(k1, k0 + depth) + 1):
+                    if a.members[k] != pool.me:
+                        prefetch.issue(pool, a, k)
+        bx = boxes(x._shape, e0, e1)
+        if contig:
+            flat = read_part(x, x._off + e0 * it, (e1 - e0,), (it,), scratch, "flat")
+            pos = 0
+            for box, cnt in bx:
+                yield box, flat[pos:pos + cnt].reshape(_box_shape(box))
+                pos += cnt
+        else:
+            for box, _ in bx:
+                yield box, op.part(box, scratch, "box")
+
+
+# -- collectives over ranks ------------------------------------------------------------------------
+
+def _world_of_pool():
+    from .runtime import current
+    pool = current()
+    return pool, (pool.spmd and pool.size > 1)
+
+
+def allreduce(value, op="sum"):
+    """Combine numpy values over the ranks (SPMD): every rank gets the same bytes, in an
+    order that does not depend on the algorithm (collectives' deterministic mode). A plain
+    script: the value itself. op: 'sum', 'prod', 'min', 'max'."""
+    pool, many = _world_of_pool()
+    if not many:
+        return value
+    arr = np.asarray(value)
+    res = collectives.allreduce(np.ascontiguousarray(arr), op, world=pool.world,
+                                deterministic=True)
+    if not isinstance(value, np.ndarray):
+        return res.reshape(arr.shape)[()]
+    return res.reshape(arr.shape)
+
+
+def allgather(obj):
+    """[obj of rank 0, obj of rank 1, ...] on every rank (SPMD); [obj] in a plain script.
+
+    numpy arrays of one shape and dtype on every rank travel as data (one allgather);
+    anything else is pickled (two allgathers: sizes, then the padded bytes)."""
+    pool, many = _world_of_pool()
+    if not many:
+        return [obj]
+    w = pool.world
+    if isinstance(obj, np.ndarray):
+        sig = np.array([obj.ndim, obj.dtype.num, obj.dtype.itemsize] + list(obj.shape) +
+                       [0] * (32 - obj.ndim), np.int64)
+        sigs = collectives.allgather(sig, world=w)
+        if (sigs == sig).all():
+            res = collectives.allgather(np.ascontiguousarray(obj), world=w)
+            return [res[r] for r in range(w.size)]
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    sizes = collectives.allgather(np.array([data.size], np.int64), world=w).reshape(-1)
+    buf = np.zeros(int(sizes.max()), np.uint8)
+    buf[:data.size] = data
+    got = collectives.allgather(buf, world=w)
+    return [pickle.loads(got[r, :int(sizes[r])].tobytes()) for r in range(w.size)]

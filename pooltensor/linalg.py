@@ -1,0 +1,274 @@
+"""Matrix products of pool arrays: matmul (``@``), dot.
+
+Supported: a left operand of any number of dimensions with a right one of one or two
+(``(..., N, K) @ (K, M)``, ``(..., N, K) @ (K,)``, ``(K,) @ (K, M)``, ``(K,) @ (K,)``), either
+side a pool or numpy array. A right operand with more than two dimensions (stacks of
+matrices broadcast against each other) runs numpy's on copies with a FallbackWarning (refused
+above the pool's materialize_limit), as any numpy function without a pooltensor version.
+Shapes, dtypes and errors are numpy's: numpy checks a zero-size stand-in of each operand
+first.
+
+Two ways, by which operand is big:
+
+- rows: the left operand is a pool array of two or more dimensions, distributed by rows. The
+  right one is small or replicated: it is read once per process as numpy (a readonly pool
+  array is read once and kept until its array dies, since it cannot change). The result is a
+  new pool array; under SPMD each rank computes the rows whose left rows it homes, with
+  numpy's matmul on its local row blocks, and writes them into the result (allocated with
+  the default placement, which for "block" lines up with the left's rows, up to a slab), then
+  the pool syncs.
+- contraction: the pool array is the one whose rows are summed over (the right matrix of
+  ``numpy @ pool``, or a left vector): its row tiles are multiplied by the matching columns
+  of the other operand and the partial products are summed like a reduction (see
+  pooltensor.reducer: numpy result up to pool.advanced_limit bytes, a pool array above).
+"""
+import weakref
+
+import numpy as np
+
+from . import reducer, tiles, transfer
+from .array import ndarray
+from .reducer import Job, _wide
+from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
+
+_REPLICAS = weakref.WeakKeyDictionary()     # readonly Allocation -> {(off, shape, strides): numpy}
+
+
+def replicated(b):
+    """Pool array b as a read-only numpy array in this process (kept when b is readonly)."""
+    if not isinstance(b, ndarray):
+        return np.asarray(b)
+    key = (b._off, b.shape, b.strides)
+    if b._a.heap == "ro":
+        per = _REPLICAS.get(b._a)
+        if per is not None and key in per:
+            return per[key]
+    arr = b.to_numpy(copy=True)
+    arr.flags.writeable = False
+    if b._a.heap == "ro":
+        _REPLICAS.setdefault(b._a, {})[key] = arr
+    return arr
+
+
+def _stand(x, keep):
+    """A zero-size (or zero-stride) stand-in of x keeping the axes listed in `keep`."""
+    shape = tuple(n if i in keep else 0 for i, n in enumerate(x.shape))
+    if 0 in shape:
+        return np.zeros(shape, x.dtype)
+    return np.broadcast_to(np.zeros((), x.dtype), shape)
+
+
+def _check(a, b, fn, dtype):
+    """numpy's result dtype and errors for fn(a, b), without touching the data."""
+    na, nb = _ndim_of(a), _ndim_of(b)
+    if na == 0 or nb == 0:
+        return fn(np.zeros((), a.dtype) if na == 0 else _stand(a, ()),
+                  np.zeros((), b.dtype) if nb == 0 else _stand(b, ())).dtype
+    ka = {na - 1}
+    kb = {0} if nb == 1 else {nb - 2}
+    if na == 1 and nb == 1 and a.shape == b.shape:
+        sa, sb = np.zeros(1, a.dtype), np.zeros(1, b.dtype)
+    else:
+        sa, sb = _stand(a, ka), _stand(b, kb)
+    kw = {} if dtype is None else {"dtype": dtype}
+    return np.asarray(fn(sa, sb, **kw)).dtype
+
+
+def _asarray(v):
+    return v if isinstance(v, ndarray) else np.asarray(v)
+
+
+def matmul(a, b, out=None, *, dtype=None):
+    """a @ b (numpy.matmul) for pool and numpy operands; see the module docstring."""
+    a, b = _asarray(a), _asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        np.matmul(np.zeros(a.shape, a.dtype), np.zeros(b.shape, b.dtype))    # numpy's error
+    rdt = _check(a, b, np.matmul, dtype)
+    if b.ndim > 2:
+        return _fallback(np.matmul, a, b, out, {} if dtype is None else {"dtype": dtype})
+    return _product(a, b, rdt, out)
+
+
+def dot(a, b, out=None):
+    """numpy.dot for pool and numpy operands: a product with a scalar is elementwise, else as
+    matmul for a right operand of one or two dimensions."""
+    a, b = _asarray(a), _asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        res = np.multiply(a, b)
+        return res if out is None else _store(out, res)
+    rdt = _check(a, b, np.dot, None)
+    if b.ndim > 2:
+        return _fallback(np.dot, a, b, out, {})
+    return _product(a, b, rdt, out)
+
+
+def _fallback(fn, a, b, out, kw):
+    """Stacks of matrices on the right: numpy's on copies (FallbackWarning, size-limited)."""
+    from .dispatch import fallback
+    if out is not None:
+        kw = dict(kw, out=out)
+    return fallback(fn, (a, b), kw)
+
+
+def _store(out, res):
+    from .shape import assign
+    if tuple(_shape_of(out)) != tuple(_shape_of(res)):
+        raise ValueError(f"output array has shape {_shape_of(out)}, expected {_shape_of(res)}")
+    if isinstance(out, ndarray):
+        assign(out, res)
+    else:
+        np.copyto(out, res.to_numpy() if isinstance(res, ndarray) else res, casting="unsafe")
+    return out
+
+
+def _product(a, b, rdt, out):
+    if isinstance(a, ndarray) and a.ndim >= 2:
+        res = _rows(a, replicated(b), rdt)
+    elif isinstance(b, ndarray) and b.ndim == 2:
+        res = _contract(b, replicated(a), rdt, left=True)
+    elif isinstance(a, ndarray):                       # a 1-D pool vector
+        res = _contract(a, b, rdt, left=False)
+    else:                                              # numpy a (any ndim) @ 1-D pool b
+        res = _contract(b, a, rdt, left=True)
+    if isinstance(res, np.ndarray) and res.ndim == 0 and out is None:
+        return res[()]
+    return res if out is None else _store(out, res)
+
+
+# -- rows: the left operand distributed by rows ---------------------------------------------------
+
+def _rows(a, B, rdt):
+    """(..., N, K) pool @ numpy B: a new pool array, rows computed where the left rows live."""
+    from .creation import empty, zeros
+    lead, K = a.shape[:-1], a.shape[-1]
+    out_shape = lead + B.shape[1:]
+    pool = a._a.pool
+    pool.check_open()
+    if K == 0 or a.size == 0:
+        return zeros(out_shape, rdt, access="private" if a._a.heap == "pv" else "readwrite")
+    if a._a.heap == "pv":
+        out = empty(out_shape, rdt, access="private")
+    else:                     # each result row homed with the left row it comes from
+        n = len(lead)
+        place = tiles.placement_like(a, out_shape, rdt,
+                                     lambda idx: tuple(idx[:n]) + (np.zeros_like(idx[0]),))
+        out = empty(out_shape, rdt, placement=place)
+    coll = tiles.collective(a)
+    row_tiles = tiles.split(lead, K * a.itemsize, tiles.target(pool))
+    work = [((s + (0,), e + (K,)), (s + (0,) * (B.ndim - 1), e + B.shape[1:]))
+            for s, e in row_tiles]
+    if coll:
+        work = [w for w in work if tiles.owner(a, *w[0]) == pool.me]
+    scratch = tiles.Scratch()
+    for i, (src, dst) in enumerate(work):
+        if not coll and i + 1 < len(work):
+            tiles.hint(a, *work[i + 1][0])
+        blk = tiles.read(a, src[0], src[1], scratch)
+        res = np.matmul(blk, B)
+        if res.dtype != rdt:
+            res = res.astype(rdt)
+        off, shape, strides = tiles.view_of(out, *dst)
+        transfer.write(pool, out._a, off, shape, strides, out.dtype, res.reshape(shape))
+    if coll:
+        pool.sync()
+    return out
+
+
+# -- contraction: the pool array's rows are summed over -----------------------------------------
+
+class ContractJob(Job):
+    """Tiles of pool array x (K,) or (K, M) times the matching slices of numpy `other`:
+    left=True: other[..., k0:k1] @ tile; left=False: tile @ other[k0:k1]."""
+
+    def __init__(self, x, other, rdt, left):
+        self.other, self.left = other, left
+        if left:
+            keep = other.shape[:-1] + x.shape[1:]
+        else:
+            keep = other.shape[1:]
+        self.x, self.axes = x, (0,)
+        self.keep = keep
+        self.dtype = np.dtype(rdt)
+        self.dtypes = [_wide(rdt) if np.dtype(rdt).kind in "fc" else np.dtype(rdt)]
+        self.lead = len(keep) - (x.ndim - 1)
+
+    def region(self, starts, stops):
+        if self.x.ndim == 2 and self.left:
+            j0, j1 = starts[1], stops[1]
+            return (j0, j1), tuple(slice(0, n) for n in self.keep[:-1]) + (slice(j0, j1),)
+        return (), tuple(slice(0, n) for n in self.keep)
+
+    def part(self, blk, starts, stops):
+        k0, k1 = starts[0], stops[0]
+        if self.left:
+            p = np.matmul(self.other[..., k0:k1], blk)
+        elif isinstance(self.other, ndarray):
+            p = np.matmul(blk, tiles.read(self.other, (k0,), (k1,), tiles.Scratch()))
+        else:
+            p = np.matmul(blk, self.other[k0:k1])
+        return (np.asarray(p, self.dtypes[0]),)
+
+    def combine(self, p, q):
+        return (np.add(p[0], q[0], dtype=self.dtypes[0]),)
+
+    def finish(self, p, sl):
+        return p[0].astype(self.dtype)
+
+    def out_tiles(self, nbytes):
+        if self.x.ndim == 2 and self.left:
+            M = self.keep[-1]
+            per_col = self.dtype.itemsize * max(1, int(np.prod(self.keep[:-1], dtype=np.int64)))
+            step = max(1, nbytes // per_col)
+            return [((0,) * self.lead + (j,), self.keep[:-1] + (min(M, j + step),))
+                    for j in range(0, M, step)]
+        return [((0,) * len(self.keep), self.keep)]
+
+    def to_x(self, idx):
+        if self.x.ndim == 2 and self.left:
+            return (np.zeros_like(idx[-1]), idx[-1])
+        return tuple(np.zeros_like(idx[0]) if idx else np.zeros(1, np.int64)
+                     for _ in range(self.x.ndim))
+
+    def sub(self, starts, stops):
+        if self.x.ndim == 2 and self.left:
+            return (0, starts[-1]), (self.x.shape[0], stops[-1])
+        return (0,) * self.x.ndim, self.x.shape
+
+
+def _contract(x, other, rdt, left):
+    """Sum over the rows of pool array x of (other's matching columns) @ (row tile), or of
+    (row tile of vector x) @ (other's matching rows)."""
+    pool = x._a.pool
+    pool.check_open()
+    job = ContractJob(x, other, rdt, left)
+    final = job.keep
+    coll = tiles.collective(x, *([other] if isinstance(other, ndarray) else []))
+    nbytes = int(np.prod(final, dtype=np.int64)) * job.dtype.itemsize
+    if x.size == 0:                      # an empty sum: zeros, by the same size rule
+        if nbytes > pool.advanced_limit:
+            from .creation import zeros
+            return zeros(final, rdt, access="private" if x._a.heap == "pv" else "readwrite")
+        return np.zeros(final, rdt)
+    if nbytes > pool.advanced_limit:
+        return reducer._run_big(job, final, coll)
+    return reducer._run_small(job, False, coll)
+
+
+def _register():
+    from .dispatch import implements
+
+    @implements(np.matmul)
+    def _matmul_ufunc(a, b, out=None, **kw):
+        """np.matmul as a generalized ufunc (out= comes as a tuple; dtype= is honoured)."""
+        dtype = kw.pop("dtype", None)
+        if kw:
+            raise TypeError(f"matmul: {', '.join(sorted(kw))} not supported for pooltensor "
+                            f"arrays")
+        if isinstance(out, tuple):
+            out = out[0]
+        return matmul(a, b, out=out, dtype=dtype)
+
+    implements(np.dot)(dot)
+
+
+_register()

@@ -1,0 +1,351 @@
+"""Shape functions of pool arrays: reshape, ravel, transpose, swapaxes, moveaxis, squeeze,
+expand_dims, concatenate, stack, and blockwise assignment between arrays.
+
+What is a view and what is materialized. A pool array is (allocation, byte offset, shape,
+byte strides), numpy's own description, so every function that numpy can answer with a view
+gives a view here too, computed by numpy itself: the function is applied to a stand-in array
+with our shape and strides over a one-element buffer (numpy never reads a view's elements),
+and the stand-in's new shape, strides and offset are ours. Hence:
+
+- transpose / .T / swapaxes / moveaxis / squeeze / expand_dims: always views.
+- reshape / ravel: a view whenever numpy could reshape a numpy array of the same layout
+  without copying (always for a C-contiguous array with order='C': the address space is
+  flat); otherwise a copy into a new C-contiguous pool array (collective under SPMD, as
+  creation is), then a view of it. copy=True always copies; copy=False raises numpy's
+  ValueError when a view is impossible. flatten() always copies.
+- concatenate / stack: a new pool array, written blockwise (pooltensor.tiles): under SPMD
+  each rank writes the tiles of the result whose first byte it homes, reading the inputs
+  (pool or numpy) where they are, then the pool syncs.
+"""
+import operator
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from . import tiles, transfer
+from .array import ndarray
+from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
+
+
+_normalize = np.lib.array_utils.normalize_axis_index
+
+
+def _stand_in(x, zero=False):
+    """(one-element buffer, numpy array with x's shape and strides over it)."""
+    buf = np.zeros(1, x.dtype)
+    strides = (0,) * x.ndim if zero else x.strides
+    return buf, as_strided(buf, shape=x.shape, strides=strides, writeable=False)
+
+
+def _view(x, fn):
+    """The pool view numpy's fn makes of an array laid out as x (fn must return a view)."""
+    buf, fake = _stand_in(x)
+    v = fn(fake)
+    delta = v.__array_interface__["data"][0] - buf.__array_interface__["data"][0]
+    return ndarray(x._a, x._off + delta, v.shape, v.strides, x.dtype)
+
+
+def _new(shape, dtype, like):
+    """A result array: shared (collective under SPMD) unless a pool input is private."""
+    from .creation import empty
+    private = any(isinstance(a, ndarray) and a._a.heap == "pv" for a in like)
+    return empty(shape, dtype, access="private" if private else "readwrite")
+
+
+def assign(dst, src, sync=True):
+    """dst[...] = src, blockwise: numpy's broadcasting and casting (as x[...] = y).
+
+    Under SPMD with a shared dst (and no private src) every rank calls it and writes the
+    tiles of dst it homes, then the pool syncs (sync=False leaves that to the caller)."""
+    pool = dst._a.pool
+    pool.check_open()
+    if dst._a.heap == "ro":
+        raise ValueError("assignment destination is read-only")
+    src_pool = isinstance(src, ndarray)
+    if src_pool:
+        if src.shape != dst.shape:
+            src = _view(src, lambda f: np.broadcast_to(f, dst.shape))
+        coll = tiles.collective(dst, src)
+        it = max(dst.itemsize, src.itemsize)
+    else:
+        src = np.broadcast_to(np.asarray(src), dst.shape)
+        coll = tiles.collective(dst)
+        it = max(dst.itemsize, src.dtype.itemsize)
+    tl = tiles.split(dst.shape, it, tiles.target(pool))
+    work = tiles.mine(dst, tl, coll)
+    scratch = tiles.Scratch()
+    for i, (s, e) in enumerate(work):
+        if src_pool:
+            if not coll and i + 1 < len(work):
+                tiles.hint(src, *work[i + 1])
+            blk = tiles.read(src, s, e, scratch)
+        else:
+            blk = src[tuple(slice(a, b) for a, b in zip(s, e))]
+        off, shape, strides = tiles.view_of(dst, s, e)
+        if blk.dtype != dst.dtype:
+            val = np.empty(shape, dst.dtype)
+            val[...] = blk                      # numpy's casting, as in x[...] = y
+            blk = val
+        transfer.write(pool, dst._a, off, shape, strides, dst.dtype, blk)
+    if coll and sync:
+        pool.sync()
+
+
+def copy_c(x):
+    """A new C-contiguous pool array holding x's elements (each slab homed with them)."""
+    from .creation import empty
+    if x._a.heap == "pv":
+        out = empty(x.shape, x.dtype, access="private")
+    else:
+        out = empty(x.shape, x.dtype, placement=tiles.placement_like(x, x.shape, x.dtype))
+    assign(out, x)
+    return out
+
+
+# -- views ---------------------------------------------------------------------------------
+
+def transpose(a, axes=None):
+    """The array with its axes permuted (reversed by default): always a view."""
+    if not isinstance(a, ndarray):
+        return np.transpose(a, axes)
+    return _view(a, lambda f: np.transpose(f, axes))
+
+
+def swapaxes(a, axis1, axis2):
+    """Axes axis1 and axis2 interchanged: a view."""
+    if not isinstance(a, ndarray):
+        return np.swapaxes(a, axis1, axis2)
+    return _view(a, lambda f: np.swapaxes(f, axis1, axis2))
+
+
+def moveaxis(a, source, destination):
+    """Axes moved to new positions, the others in their order: a view."""
+    if not isinstance(a, ndarray):
+        return np.moveaxis(a, source, destination)
+    return _view(a, lambda f: np.moveaxis(f, source, destination))
+
+
+def squeeze(a, axis=None):
+    """Length-one axes removed: a view."""
+    if not isinstance(a, ndarray):
+        return np.squeeze(a, axis)
+    return _view(a, lambda f: np.squeeze(f, axis))
+
+
+def expand_dims(a, axis):
+    """Length-one axes inserted at `axis`: a view."""
+    if not isinstance(a, ndarray):
+        return np.expand_dims(a, axis)
+    return _view(a, lambda f: np.expand_dims(f, axis))
+
+
+def _order(a, order):
+    if order not in ("C", "F", "A", "K", None):
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    if order in ("A", "K"):
+        from . import indexing
+        c = indexing.contiguous(a.shape, a.strides, a.itemsize)
+        f = indexing.contiguous(a.shape[::-1], a.strides[::-1], a.itemsize)
+        return "F" if f and not c else "C"
+    return order or "C"
+
+
+def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    """A new shape for the same elements (numpy.reshape): a view when the layout allows,
+    else a copy into a new pool array (see the module docstring); one -1 is inferred."""
+    if shape is None:
+        shape = newshape
+    if not isinstance(a, ndarray):
+        return np.reshape(a, shape, order=order, copy=copy)
+    if isinstance(shape, (int, np.integer)):
+        shape = (operator.index(shape),)
+    order = _order(a, order)
+    _, zero = _stand_in(a, zero=True)
+    shape = np.reshape(zero, shape, order=order, copy=False).shape   # numpy's checks and -1
+    if copy is not True:
+        buf, fake = _stand_in(a)
+        try:
+            v = np.reshape(fake, shape, order=order, copy=False)
+        except ValueError:
+            if copy is False:
+                raise
+        else:
+            delta = v.__array_interface__["data"][0] - buf.__array_interface__["data"][0]
+            return ndarray(a._a, a._off + delta, v.shape, v.strides, a.dtype)
+    if order == "F":
+        c = copy_c(transpose(a))                      # x.T in C order is x in F order
+        return transpose(reshape(c, shape[::-1], "C"))
+    return reshape(copy_c(a), shape, "C")
+
+
+def ravel(a, order="C"):
+    """The elements as a contiguous 1-D array (numpy.ravel): a view when the array already is
+    contiguous in that order ('K': in memory order, every stride positive), else a copy."""
+    if not isinstance(a, ndarray):
+        return np.ravel(a, order)
+    return _ravel(a, order, False)
+
+
+def flatten(a, order="C"):
+    """A 1-D copy of the elements (ndarray.flatten)."""
+    return _ravel(a, order, True)
+
+
+def _ravel(a, order, copy):
+    from . import indexing
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    it = a.itemsize
+    c = a.size == 0 or indexing.contiguous(a.shape, a.strides, it)
+    f = a.size == 0 or indexing.contiguous(a.shape[::-1], a.strides[::-1], it)
+    if order == "A":
+        order = "F" if f and not c else "C"
+    if order == "K":
+        if c:
+            order = "C"
+        elif f:
+            order = "F"
+        else:                  # memory order: axes by decreasing |stride| (numpy's sort)
+            perm = sorted(range(a.ndim), key=lambda i: -abs(a.strides[i]))
+            y = transpose(a, perm)
+            if not copy and all(st > 0 for st in a.strides) and \
+                    indexing.contiguous(y.shape, y.strides, it):
+                return reshape(y, (-1,))
+            return reshape(copy_c(y), (-1,))
+    if order == "F":
+        y = transpose(a)
+        if f and not copy:
+            return reshape(y, (-1,))
+        return reshape(copy_c(y), (-1,))
+    if c and not copy:
+        return reshape(a, (-1,))
+    return reshape(copy_c(a), (-1,))
+
+
+# -- concatenate and stack -------------------------------------------------------------------
+
+def _inputs(arrays):
+    if isinstance(arrays, ndarray):
+        return [arrays[i] for i in range(len(arrays))]
+    return [a if isinstance(a, ndarray) else np.asarray(a) for a in arrays]
+
+
+def _probe(a, axis):
+    """A zero-size numpy stand-in of a for numpy's checks (its axis `axis` emptied)."""
+    shape = list(a.shape)
+    if axis is None:
+        shape = [0]
+    elif 0 <= axis < len(shape):
+        shape[axis] = 0
+    return np.zeros(shape, a.dtype)
+
+
+def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    """Join arrays (pool or numpy) along an existing axis (numpy.concatenate): a new pool
+    array (or out=), written blockwise."""
+    arrs = _inputs(arrays)
+    if not arrs:
+        raise ValueError("need at least one array to concatenate")
+    pools = [a for a in arrs if isinstance(a, ndarray)]
+    if not pools:
+        res = np.concatenate(arrs, axis=axis, dtype=dtype, casting=casting)
+        if out is not None:
+            return _store(out, res)
+        return res
+    ax = axis
+    if axis is not None and arrs[0].ndim > 0:
+        ax = _normalize(operator.index(axis), arrs[0].ndim)
+    probe = np.concatenate([_probe(a, ax) for a in arrs], axis=axis, dtype=dtype,
+                           casting=casting)
+    if axis is None:
+        shape = (sum(a.size for a in arrs),)
+    else:
+        shape = list(arrs[0].shape)
+        shape[ax] = sum(a.shape[ax] for a in arrs)
+        shape = tuple(shape)
+    if out is not None:
+        if tuple(_shape_of(out)) != shape:
+            raise ValueError("Output array is the wrong shape")
+        np.concatenate([_probe(a, ax) for a in arrs], axis=axis,
+                       out=np.zeros(probe.shape, np.asarray(out).dtype
+                                    if not isinstance(out, ndarray) else out.dtype),
+                       casting=casting)
+        res = out
+    else:
+        res = _new(shape, probe.dtype, pools)
+    pos = 0
+    for a in arrs:
+        if axis is None:
+            n = a.size
+            dst = res[pos:pos + n]
+            a = ravel(a) if isinstance(a, ndarray) else np.ravel(a)
+        else:
+            n = a.shape[ax]
+            dst = res[(slice(None),) * ax + (slice(pos, pos + n),)]
+        pos += n
+        if isinstance(dst, ndarray):
+            assign(dst, a, sync=False)
+        else:
+            dst[...] = a.to_numpy() if isinstance(a, ndarray) else a
+    if isinstance(res, ndarray) and tiles.collective(res, *pools):
+        res._a.pool.sync()
+    return res
+
+
+def _store(out, res):
+    if isinstance(out, ndarray):
+        if out.shape != res.shape:
+            raise ValueError("Output array is the wrong shape")
+        assign(out, res)
+    else:
+        out[...] = res
+    return out
+
+
+def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    """Join arrays of one shape along a new axis (numpy.stack): a new pool array (or out=)."""
+    arrs = _inputs(arrays)
+    if not arrs:
+        raise ValueError("need at least one array to stack")
+    shapes = {a.shape for a in arrs}
+    if len(shapes) != 1:
+        raise ValueError("all input arrays must have the same shape")
+    ax = _normalize(operator.index(axis), arrs[0].ndim + 1)
+    expanded = [expand_dims(a, ax) for a in arrs]
+    return concatenate(expanded, axis=ax, out=out, dtype=dtype, casting=casting)
+
+
+# -- Array API names ---------------------------------------------------------------------------
+
+def concat(arrays, /, *, axis=0):
+    """Array API concat: concatenate (axis=None joins the flattened arrays)."""
+    return concatenate(arrays, axis=axis)
+
+
+def permute_dims(x, /, axes):
+    """Array API permute_dims: transpose with the given axes (a view)."""
+    return transpose(x, axes)
+
+
+def matrix_transpose(x, /):
+    """The last two axes swapped (a view); ValueError below two dimensions."""
+    if _ndim_of(x) < 2:
+        raise ValueError("matrix_transpose needs an array of at least two dimensions")
+    return swapaxes(x, -1, -2)
+
+
+def _register():
+    from .dispatch import implements
+    implements(np.reshape)(reshape)
+    implements(np.ravel)(ravel)
+    implements(np.transpose)(transpose)
+    implements(np.swapaxes)(swapaxes)
+    implements(np.moveaxis)(moveaxis)
+    implements(np.squeeze)(squeeze)
+    implements(np.expand_dims)(expand_dims)
+    implements(np.concatenate)(concatenate)      # numpy's concat and permute_dims are these
+    implements(np.stack)(stack)
+    implements(np.matrix_transpose)(matrix_transpose)
+
+
+_register()
