@@ -174,8 +174,14 @@ class World:
             except Timeout:
                 pass
             except PeerLost:
-                # rank 0 (the store) left: most likely because it saw the same lost peer
+                # rank 0 (the store) left: most likely because it saw the same lost peer;
+                # give our own view of the peers a moment to catch up (the dead peer's
+                # connection drop may still be on its way to this process's receiver)
+                grace = time.monotonic() + min(1.0, max(0.0, left))
                 lost = self._lost()
+                while not lost and time.monotonic() < grace:
+                    time.sleep(0.02)
+                    lost = self._lost()
                 if lost:
                     raise PeerLost("barrier: a rank is gone", rank=lost[0],
                                    host=self.hosts[lost[0]]) from None
