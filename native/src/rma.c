@@ -109,7 +109,7 @@ static pt_status_t peer_map(pt_ctx_t *ctx, int rank, int s, pt_map_t **out)
             }
             size_t len = p->ctrl->segs[s].len;
             int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-            void *base = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+            void *base = pt__map_shared(fd, len, prot);
             close(fd);
             if (base == MAP_FAILED) {
                 st = pt__sys();
