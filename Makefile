@@ -35,6 +35,9 @@ bench: $(STAMP)
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/rma.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/collectives.py
 	$(BIN)/python bench/pool.py
+	$(BIN)/python bench/ops.py
+	$(BIN)/mpiexec -n 2 $(BIN)/python bench/ops.py
+	$(BIN)/python bench/tcp.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info collectives/_native*.so
