@@ -25,7 +25,7 @@ from . import _native
 from . import control as _ctl
 from .errors import BootstrapError, PeerLost, PooltensorError
 from .rendezvous.bootstrap import parse_address
-from .window import Window, raise_native
+from .window import LocalMemory, Window, raise_native
 
 ENV_CONNECT = "POOLTENSOR_CONNECT"
 
@@ -120,7 +120,7 @@ def load_secret(secret_file=None):
     return _ctl.read_secret(path)
 
 
-class RemoteWorld:
+class RemoteWorld(LocalMemory):
     """This process (rank 0) and memory servers (ranks 1..k); made by connect()."""
 
     how = "connect"
@@ -159,45 +159,17 @@ class RemoteWorld:
         return [obj] + [{"role": "server", "host": self.hosts[r], "memory": self.grants[r]}
                         for r in range(1, self.size)]
 
-    def alloc(self, nbytes):
-        """Local shared memory, as World.alloc."""
-        import numpy as np
-        seg = _native.Segment(max(int(nbytes), 1))
-        self._ctx.add_segment(seg)
-        self._segments[id(seg)] = seg
-        return np.frombuffer(seg, dtype=np.uint8)[:int(nbytes)]
-
-    def _release_segment(self, arr):
-        seg = arr.base
-        while seg is not None and not isinstance(seg, _native.Segment):
-            seg = getattr(seg, "base", None) or getattr(seg, "obj", None)
-        if seg is not None and self._segments.pop(id(seg), None) is not None:
-            self._ctx.remove_segment(seg)
-
     def expose(self, buffer, access="rw", remote=None):
         """This process's `buffer` (or int bytes, or None) plus memory on every server, as a
         Window. Each server's part: `remote` bytes (default: what it granted this process),
         freshly allocated; or, for a buffer exposed before, that same memory with `access`."""
-        if access not in ("r", "rw"):
-            raise ValueError(f"access must be 'r' or 'rw', not {access!r}")
         if self._closed:
             raise ValueError("the world is closed")
         again = self._exposed.get(id(buffer)) if buffer is not None else None
         if again is not None and again[0] is not buffer:
             again = None
-        owned = None
-        if buffer is None:
-            buffer = bytearray(0)
-        elif isinstance(buffer, int):
-            buffer = owned = self.alloc(buffer)
-        mv = memoryview(buffer)
-        if not mv.c_contiguous:
-            raise ValueError("expose needs a C-contiguous buffer")
-        if access == "rw" and mv.readonly:
-            raise ValueError("a read-only buffer can only be exposed with access='r'")
-        key = self._ctx.register(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv,
-                                 1 if access == "r" else 3)
-        keys, sizes, ids = [key], [mv.nbytes], [None]
+        buffer, owned, key, nbytes = self._register_local(buffer, access)
+        keys, sizes, ids = [key], [nbytes], [None]
         try:
             for r in range(1, self.size):
                 srv = self._servers[r]

@@ -35,6 +35,47 @@ def _nbytes(buf):
     return memoryview(buf).nbytes
 
 
+class LocalMemory:
+    """This process's side of windows, the same for World and RemoteWorld: shared segments
+    (alloc) and the registration of a buffer with the native engine. Uses self._ctx (the
+    native context) and self._segments (id -> segment, kept alive while allocated)."""
+
+    def alloc(self, nbytes):
+        """Shared memory that windows serve directly (atomics included): a uint8 numpy array."""
+        import numpy as np
+        seg = _native.Segment(max(int(nbytes), 1))
+        self._ctx.add_segment(seg)
+        self._segments[id(seg)] = seg
+        return np.frombuffer(seg, dtype=np.uint8)[:int(nbytes)]
+
+    def _release_segment(self, arr):
+        seg = arr.base
+        while seg is not None and not isinstance(seg, _native.Segment):
+            seg = getattr(seg, "base", None) or getattr(seg, "obj", None)
+        if seg is not None and self._segments.pop(id(seg), None) is not None:
+            self._ctx.remove_segment(seg)
+
+    def _register_local(self, buffer, access):
+        """What expose() does with this process's part: `buffer` (or an int number of bytes
+        to allocate, or None for nothing) checked and registered with `access` ('r' or 'rw').
+        Returns (buffer, owned: the segment allocated here or None, key, nbytes)."""
+        if access not in _ACCESS:
+            raise ValueError(f"access must be 'r' or 'rw', not {access!r}")
+        owned = None
+        if buffer is None:
+            buffer = bytearray(0)
+        elif isinstance(buffer, int):
+            buffer = owned = self.alloc(buffer)
+        mv = memoryview(buffer)
+        if not mv.c_contiguous:
+            raise ValueError("expose needs a C-contiguous buffer")
+        if access == "rw" and mv.readonly:
+            raise ValueError("a read-only buffer can only be exposed with access='r'")
+        key = self._ctx.register(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv,
+                                 _ACCESS[access])
+        return buffer, owned, key, mv.nbytes
+
+
 class Request:
     """An asynchronous get or put in flight; wait() or test() to complete it."""
 

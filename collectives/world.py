@@ -18,7 +18,7 @@ from . import _native, transport
 from .errors import PeerLost, Timeout, TransportError
 from .rendezvous import store as _store
 from .rendezvous.bootstrap import bootstrap, host_identity, machine_identity
-from .window import Window, raise_native
+from .window import LocalMemory, Window, raise_native
 
 STORE_SLICE = 0.2   # seconds between checks for lost peers in a barrier through the store
 
@@ -27,7 +27,7 @@ def _env_timeout():
     return float(os.environ.get("POOLTENSOR_TIMEOUT", "60"))
 
 
-class World:
+class World(LocalMemory):
     """The ranks of one job. Made by collectives.init(); do not build one directly."""
 
     def __init__(self, boot, timeout=None):
@@ -197,39 +197,11 @@ class World:
             for name in ("in", "go", "out"):
                 store.delete(f"{base}/{name}")
 
-    def alloc(self, nbytes):
-        """Shared memory that windows serve directly (atomics included): a uint8 numpy array."""
-        import numpy as np
-        seg = _native.Segment(max(int(nbytes), 1))
-        self._ctx.add_segment(seg)
-        self._segments[id(seg)] = seg
-        return np.frombuffer(seg, dtype=np.uint8)[:int(nbytes)]
-
-    def _release_segment(self, arr):
-        seg = arr.base
-        while seg is not None and not isinstance(seg, _native.Segment):
-            seg = getattr(seg, "base", None) or getattr(seg, "obj", None)
-        if seg is not None and self._segments.pop(id(seg), None) is not None:
-            self._ctx.remove_segment(seg)
-
     def expose(self, buffer, access="rw"):
         """Collective: every rank exposes memory (a buffer, an int number of bytes to allocate,
         or None for nothing); returns the Window over all of them."""
-        if access not in ("r", "rw"):
-            raise ValueError(f"access must be 'r' or 'rw', not {access!r}")
-        owned = None
-        if buffer is None:
-            buffer = bytearray(0)
-        elif isinstance(buffer, int):
-            buffer = owned = self.alloc(buffer)
-        mv = memoryview(buffer)
-        if not mv.c_contiguous:
-            raise ValueError("expose needs a C-contiguous buffer")
-        if access == "rw" and mv.readonly:
-            raise ValueError("a read-only buffer can only be exposed with access='r'")
-        key = self._ctx.register(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv,
-                                 1 if access == "r" else 3)
-        recs = self.allgather_object([key, mv.nbytes, access])
+        buffer, owned, key, nbytes = self._register_local(buffer, access)
+        recs = self.allgather_object([key, nbytes, access])
         return Window(self, buffer, access, [r[0] for r in recs], [r[1] for r in recs],
                       [r[2] for r in recs], owned)
 

@@ -1,4 +1,5 @@
-"""Shared test helpers: run a script on N real ranks under mpiexec or under our launcher."""
+"""Shared test helpers: run a script on N real ranks under mpiexec or under our launcher;
+pools built in the test process, and the hypothesis settings of the property tests on them."""
 import os
 import shutil
 import subprocess
@@ -6,10 +7,46 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
 BIN = Path(sys.executable).parent
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))      # the case modules the tests share with the scripts
+
+SLAB = 64     # a few elements a slab: selections cross slab boundaries and members
+
+
+def pool_fixture(*pools, **init):
+    """A module-scoped `pool` fixture: a pool built in this process (a plain script as far as
+    pooltensor knows) for each of `pools`, finalized afterwards. pools: member counts, or
+    (id, pt.init keyword arguments). Slabs of SLAB bytes, 8 MiB a member and a cache of 8
+    slabs (eviction all the time) unless `init` says otherwise.
+
+        pool = pool_fixture(1, 3)"""
+    params = [p if isinstance(p, tuple) else (f"{p}member{'s' if p > 1 else ''}", {"members": p})
+              for p in pools]
+
+    @pytest.fixture(scope="module", params=[kw for _, kw in params], ids=[i for i, _ in params])
+    def pool(request):
+        import pooltensor as pt
+        kw = {"slab_size": SLAB, "memory": 8 << 20, "cache_bytes": 8 * SLAB, **init,
+              **request.param}
+        pt.finalize()
+        p = pt.init(**kw)
+        yield p
+        pt.finalize()
+    return pool
+
+
+def property_settings(examples_var, default, derandomize_var):
+    """hypothesis settings of property tests on pools: $examples_var examples (else
+    `default`), derandomized unless $derandomize_var is not 1, no deadline (a pool operation
+    may wait on member processes)."""
+    return settings(max_examples=int(os.environ.get(examples_var, default)), deadline=None,
+                    derandomize=os.environ.get(derandomize_var, "1") == "1",
+                    suppress_health_check=list(HealthCheck))
 
 
 def mpiexec():

@@ -5,33 +5,18 @@ member, and with three (two member processes started by pooltensor.init), slabs 
 so that selections cross slab boundaries and members, and a cache of a few slabs so that
 eviction happens all the time.
 """
-import os
-import sys
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import SCRIPTS
+import pool_strategies as ps
+import pooltensor as pt
+from conftest import SLAB, pool_fixture, property_settings
 
-sys.path.insert(0, str(SCRIPTS))
-import pool_strategies as ps  # noqa: E402
+PROPS = property_settings("POOL_EXAMPLES", 300, "POOL_DERANDOMIZE")
 
-import pooltensor as pt  # noqa: E402
-
-SLAB = 64
-PROPS = settings(max_examples=int(os.environ.get("POOL_EXAMPLES", 300)), deadline=None,
-                 derandomize=os.environ.get("POOL_DERANDOMIZE", "1") == "1",
-                 suppress_health_check=list(HealthCheck))
-
-
-@pytest.fixture(scope="module", params=[1, 3], ids=["1member", "3members"])
-def pool(request):
-    pt.finalize()
-    p = pt.init(members=request.param, slab_size=SLAB, memory=8 << 20, cache_bytes=8 * SLAB)
-    yield p
-    pt.finalize()
+pool = pool_fixture(1, 3)
 
 
 PLACEMENTS = ["block", "interleave", "balanced", "local"]

@@ -7,20 +7,14 @@ import numpy as np
 import pytest
 
 import pooltensor as pt
+from conftest import pool_fixture
 from pooltensor import dispatch, namespace
 
 LIMIT = 1 << 14
 
 pytestmark = pytest.mark.timeout(120)
 
-
-@pytest.fixture(scope="module", params=[1, 2], ids=["1member", "2members"])
-def pool(request):
-    pt.finalize()
-    p = pt.init(members=request.param, slab_size=256, memory=8 << 20, cache_bytes=16 * 256,
-                materialize_limit=LIMIT)
-    yield p
-    pt.finalize()
+pool = pool_fixture(1, 2, slab_size=256, cache_bytes=16 * 256, materialize_limit=LIMIT)
 
 
 @pytest.fixture

@@ -7,41 +7,26 @@ members, slabs of 64 bytes (a few elements: blocks start and end mid-row, operan
 mid-slab) and a cache of a few slabs (evictions all the time). The SPMD script
 (scripts/ops_elementwise_spmd.py) runs the same kind of cases on 2 and 3 real ranks.
 """
-import os
-import sys
 import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SCRIPTS, check_ranks
+import ops_elementwise_cases as oc
+import pooltensor as pt
+from conftest import SLAB, check_ranks, pool_fixture, property_settings
+from pooltensor import executor
 
-sys.path.insert(0, str(SCRIPTS))
-import ops_elementwise_cases as oc  # noqa: E402
-
-import pooltensor as pt  # noqa: E402
-from pooltensor import executor  # noqa: E402
-
-SLAB = 64
-N = int(os.environ.get("OPS_EXAMPLES", 120))
-PROPS = settings(max_examples=N, deadline=None,
-                 derandomize=os.environ.get("POOL_DERANDOMIZE", "1") == "1",
-                 suppress_health_check=list(HealthCheck))
-FEW = settings(PROPS, max_examples=max(10, N // 3))
+PROPS = property_settings("OPS_EXAMPLES", 120, "POOL_DERANDOMIZE")
+FEW = settings(PROPS, max_examples=max(10, PROPS.max_examples // 3))
 
 # complex -> real casts warn in numpy's reference computations as in ours
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")]
 
-
-@pytest.fixture(scope="module", params=[1, 2, 3], ids=["1member", "2members", "3members"])
-def pool(request):
-    pt.finalize()
-    p = pt.init(members=request.param, slab_size=SLAB, memory=8 << 20, cache_bytes=8 * SLAB)
-    yield p
-    pt.finalize()
+pool = pool_fixture(1, 2, 3)
 
 
 # -- ufuncs ------------------------------------------------------------------------------------

@@ -8,38 +8,19 @@ reduced array comes back as a pool array (the output-driven path). The SPMD scri
 same cases on 2 and 3 ranks under mpiexec and the launcher and checks that every rank holds
 the same bytes.
 """
-import os
-import sys
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
-from conftest import SCRIPTS, check_ranks
+import ops_reduce_cases as rc
+import pooltensor as pt
+from conftest import SLAB, check_ranks, pool_fixture, property_settings
 
-sys.path.insert(0, str(SCRIPTS))
-import ops_reduce_cases as rc  # noqa: E402
-
-import pooltensor as pt  # noqa: E402
-
-SLAB = 64
-PROPS = settings(max_examples=int(os.environ.get("OPS_EXAMPLES", 150)), deadline=None,
-                 derandomize=os.environ.get("OPS_DERANDOMIZE", "1") == "1",
-                 suppress_health_check=list(HealthCheck))
+PROPS = property_settings("OPS_EXAMPLES", 150, "OPS_DERANDOMIZE")
 
 pytestmark = pytest.mark.timeout(300)
 
-POOLS = {"1member": (1, None), "2members-poolresults": (2, 64), "3members": (3, None)}
-
-
-@pytest.fixture(scope="module", params=list(POOLS))
-def pool(request):
-    members, limit = POOLS[request.param]
-    pt.finalize()
-    p = pt.init(members=members, slab_size=SLAB, memory=8 << 20, cache_bytes=8 * SLAB,
-                advanced_limit=limit)
-    yield p
-    pt.finalize()
+pool = pool_fixture(1, ("2members-poolresults", {"members": 2, "advanced_limit": 64}), 3)
 
 
 @PROPS

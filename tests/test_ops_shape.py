@@ -6,34 +6,19 @@ Property tests (tests/scripts/ops_shape_cases.py) on pools of 1 and 3 members in
 (slabs of 64 bytes, a cache of 8 slabs); the SPMD script runs the same cases on 2 and 3 ranks
 under mpiexec and the launcher.
 """
-import os
-import sys
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
-from conftest import SCRIPTS, check_ranks
+import ops_shape_cases as sc
+import pooltensor as pt
+from conftest import check_ranks, pool_fixture, property_settings
 
-sys.path.insert(0, str(SCRIPTS))
-import ops_shape_cases as sc  # noqa: E402
-
-import pooltensor as pt  # noqa: E402
-
-SLAB = 64
-PROPS = settings(max_examples=int(os.environ.get("OPS_EXAMPLES", 150)), deadline=None,
-                 derandomize=os.environ.get("OPS_DERANDOMIZE", "1") == "1",
-                 suppress_health_check=list(HealthCheck))
+PROPS = property_settings("OPS_EXAMPLES", 150, "OPS_DERANDOMIZE")
 
 pytestmark = pytest.mark.timeout(300)
 
-
-@pytest.fixture(scope="module", params=[1, 3], ids=["1member", "3members"])
-def pool(request):
-    pt.finalize()
-    p = pt.init(members=request.param, slab_size=SLAB, memory=8 << 20, cache_bytes=8 * SLAB)
-    yield p
-    pt.finalize()
+pool = pool_fixture(1, 3)
 
 
 @PROPS

@@ -86,6 +86,16 @@ def meet(world, name, sig):
     shm.call(world, team, team.native.broadcast, 0, _EMPTY, 0, (int(sig) ^ mark) & _U64)
 
 
+def world_op(world, name, algo, sig, what):
+    """The start of a channel algorithm over every rank: meet() under `name`, then the
+    channel, its world group and the operation context (ch.op) for algorithm id `algo`.
+    Returns (ch, g, the context manager of the operation)."""
+    meet(world, name, sig)
+    ch = get(world)
+    g = ch.groups[WORLD]
+    return ch, g, ch.op(g, algo, sig, what)
+
+
 def chunks(lo, hi, step):
     """(start, stop) byte ranges covering [lo, hi) in steps; one empty range for an empty span,
     so that every message pattern has at least one (header-only) message to check."""

@@ -19,10 +19,8 @@ WINDOW = 8 << 20   # bytes of each rank's input gathered per round
 @register("allreduce", "ordered")
 def allreduce(world, x, out, *, code, op, sig):
     """Allgather of the inputs, then a rank-order reduction on every rank."""
-    channel.meet(world, "ordered", sig)
-    ch = channel.get(world)
-    g = ch.groups[channel.WORLD]
-    with ch.op(g, AR, sig, "ordered allreduce") as o:
+    ch, g, call = channel.world_op(world, "ordered", AR, sig, "ordered allreduce")
+    with call as o:
         item = x.dtype.itemsize
         src, dst = ring.raw(x), ring.raw(out)
         n, p = src.nbytes, g.size

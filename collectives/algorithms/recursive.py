@@ -78,10 +78,9 @@ def allgather_group(o, g, buf, blk):
 @register("allreduce", "recursive_doubling")
 def allreduce(world, x, out, *, code, op, sig):
     """Recursive-doubling allreduce over every rank (any number of ranks)."""
-    channel.meet(world, "recursive_doubling", sig)
-    ch = channel.get(world)
-    g = ch.groups[channel.WORLD]
-    with ch.op(g, AR, sig, "recursive-doubling allreduce") as o:
+    ch, g, call = channel.world_op(world, "recursive_doubling", AR, sig,
+                                   "recursive-doubling allreduce")
+    with call as o:
         allreduce_group(o, g, ring.raw(x), ring.raw(out), op, code, x.dtype.itemsize)
 
 
@@ -90,10 +89,9 @@ def allgather(world, x, out, *, sig):
     """Recursive-doubling allgather over every rank (the ring when not a power of two)."""
     if world.size & (world.size - 1):
         return ring.allgather(world, x, out, sig=sig)
-    channel.meet(world, "recursive_doubling", sig)
-    ch = channel.get(world)
-    g = ch.groups[channel.WORLD]
-    with ch.op(g, AG, sig, "recursive-doubling allgather") as o:
+    ch, g, call = channel.world_op(world, "recursive_doubling", AG, sig,
+                                   "recursive-doubling allgather")
+    with call as o:
         buf = ring.raw(out)
         n = x.nbytes
         if n:

@@ -138,17 +138,10 @@ def broadcast_group(o, g, buf, root):
 
 # ---- registered algorithms (the world group) ------------------------------------------------
 
-def _world_op(world, algo, sig, what):
-    channel.meet(world, "ring", sig)
-    ch = channel.get(world)
-    g = ch.groups[channel.WORLD]
-    return ch, g, ch.op(g, algo, sig, what)
-
-
 @register("allreduce", "ring")
 def allreduce(world, x, out, *, code, op, sig):
     """Ring allreduce over every rank: reduce-scatter, then allgather, pipelined by chunk."""
-    ch, g, o = _world_op(world, AR, sig, "ring allreduce")
+    ch, g, o = channel.world_op(world, "ring", AR, sig, "ring allreduce")
     with o:
         allreduce_group(o, g, raw(x), raw(out), op, code, x.dtype.itemsize)
 
@@ -156,7 +149,7 @@ def allreduce(world, x, out, *, code, op, sig):
 @register("allgather", "ring")
 def allgather(world, x, out, *, sig):
     """Ring allgather over every rank: p - 1 steps, each passing one block on."""
-    ch, g, o = _world_op(world, AG, sig, "ring allgather")
+    ch, g, o = channel.world_op(world, "ring", AG, sig, "ring allgather")
     with o:
         buf = raw(out)
         n = x.nbytes
@@ -169,7 +162,7 @@ def allgather(world, x, out, *, sig):
 @register("reduce_scatter", "ring")
 def reduce_scatter(world, x, out, *, code, op, sig):
     """Ring reduce-scatter over every rank: each block reduced on its way round the ring."""
-    ch, g, o = _world_op(world, RS, sig, "ring reduce_scatter")
+    ch, g, o = channel.world_op(world, "ring", RS, sig, "ring reduce_scatter")
     with o:
         n = out.nbytes
         b = [k * n for k in range(g.size + 1)]
@@ -182,6 +175,6 @@ def reduce_scatter(world, x, out, *, code, op, sig):
 @register("broadcast", "ring")
 def broadcast(world, x, out, *, root, sig):
     """Chain broadcast from root over every rank, pipelined by chunk."""
-    ch, g, o = _world_op(world, BC, sig, "ring broadcast")
+    ch, g, o = channel.world_op(world, "ring", BC, sig, "ring broadcast")
     with o:
         broadcast_group(o, g, raw(out), root)

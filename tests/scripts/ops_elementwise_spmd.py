@@ -6,47 +6,23 @@ the same examples; each example first checks that the ranks agree on it).
 
     python -m collectives.launch -n 3 tests/scripts/ops_elementwise_spmd.py [EXAMPLES]
 """
-import hashlib
-import importlib
-import os
-import pkgutil
-import sys
-
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ops_elementwise_cases as oc  # noqa: E402
+import ops_elementwise_cases as oc
+import pooltensor as pt
+from pooltensor import executor
+from spmd_check import agree, batched, examples, same_bytes, start
 
-import pooltensor as pt  # noqa: E402
-from pooltensor import executor  # noqa: E402
-
-EXAMPLES = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-SLAB = 64
-pool = pt.init(slab_size=SLAB, memory=4 << 20, cache_bytes=8 * SLAB)
-me, n, world = pool.me, pool.size, pool.world
+EXAMPLES = examples(40)
+pool, me, n, _ = start(memory=4 << 20)
 assert executor.spmd(pool)
-
-
-def agree(what):
-    """Every rank is at the same step with the same arguments (else the ranks diverged)."""
-    tag = hashlib.sha1(repr(what).encode()).hexdigest()
-    tags = world.allgather_object(tag)
-    assert len(set(tags)) == 1, f"ranks diverged at {what!r}: {tags}"
-
-
-def same_everywhere(x, what=""):
-    """x's bytes, read by every rank, are identical on every rank."""
-    arr = np.ascontiguousarray(oc.as_numpy(x))
-    digest = hashlib.sha1(arr.tobytes() + str(arr.dtype).encode()).hexdigest()
-    digests = world.allgather_object(digest)
-    assert len(set(digests)) == 1, (what, digests)
 
 
 def check(got, want, approx=False, what=""):
     oc.assert_close(got, want, approx, what)
-    same_everywhere(got, what)
+    same_bytes(got, what)
     pt.sync()                 # everyone has read before anyone writes again
 
 
@@ -112,25 +88,10 @@ assert np.isclose(executor.allreduce(np.float64(total)), a[:, 1:].sum())
 pt.sync()
 
 # -- property tests --------------------------------------------------------------------------------
-# hypothesis draws some values from constants in the project's loaded modules: load them all on
-# every rank, so a module one rank happened to import lazily cannot make the ranks' examples
-# differ
-import collectives  # noqa: E402
-
-for _pkg in (pt, collectives):
-    for _m in pkgutil.walk_packages(_pkg.__path__, _pkg.__name__ + "."):
-        if _m.name.endswith("__main__"):
-            continue
-        try:
-            importlib.import_module(_m.name)
-        except ImportError:
-            pass
 counter = [0]
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          phases=[Phase.generate], suppress_health_check=list(HealthCheck),
-          report_multiple_bugs=False)
+@batched(EXAMPLES)
 @given(case=oc.ufunc_case(), inplace=st.booleans())
 def prop(case, inplace):
     uf, specs = case
@@ -138,7 +99,7 @@ def prop(case, inplace):
     agree((counter[0], uf.__name__, specs, inplace))
     got, want = oc.run_case(uf, specs, pt)
     if got is not None:
-        same_everywhere(got, (uf.__name__, specs))
+        same_bytes(got, (uf.__name__, specs))
     pt.sync()
 
 

@@ -6,32 +6,18 @@ each example first checks that the ranks agree on it).
 
     python -m collectives.launch -n 3 tests/scripts/pool_spmd.py [EXAMPLES]
 """
-import hashlib
-import os
-import sys
-
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import pool_strategies as ps  # noqa: E402
+import pool_strategies as ps
+import pooltensor as pt
+from collectives.errors import RemoteAccessError
+from spmd_check import SLAB, agree, batched, examples, start
 
-import pooltensor as pt  # noqa: E402
-from collectives.errors import RemoteAccessError  # noqa: E402
-
-EXAMPLES = int(sys.argv[1]) if len(sys.argv) > 1 else 60
-SLAB = 64
-pool = pt.init(slab_size=SLAB, memory=4 << 20, cache_bytes=8 * SLAB)
-me, n, world = pool.me, pool.size, pool.world
-assert pool.role == "spmd" and pool.coherent == (n > 1)
-
-
-def agree(what):
-    """Every rank is at the same step with the same arguments (else the ranks diverged)."""
-    tag = hashlib.sha1(repr(what).encode()).hexdigest()
-    tags = world.allgather_object(tag)
-    assert len(set(tags)) == 1, f"ranks diverged at {what!r}: {tags}"
+EXAMPLES = examples(60)
+pool, me, n, world = start(memory=4 << 20)
+assert pool.coherent == (n > 1)
 
 
 # -- placement: the same on every rank, without messages --------------------------------------
@@ -151,9 +137,7 @@ pt.sync()
 count = [0]
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          phases=[Phase.generate], suppress_health_check=list(HealthCheck),
-          report_multiple_bugs=False)
+@batched(EXAMPLES)
 @given(c=ps.case(), placement=st.sampled_from(["block", "interleave", "balanced"]),
        data=st.data())
 def check(c, placement, data):
