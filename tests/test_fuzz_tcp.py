@@ -190,9 +190,6 @@ def _buffer_max(which):
         return 64 << 20
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (notes F.bugs.md #2): a connection dropped for a "
-                   "bad frame is only shut down; its fd is closed at the next accept, so a "
-                   "peer still sending stays blocked and the socket keeps its buffers")
 def test_dropped_connection_is_closed_at_once(fuzzer):
     """A peer dropped for a bad frame while it is still sending must see the connection end
     (reset, or all its bytes taken) within seconds, even when nobody else connects."""

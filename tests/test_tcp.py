@@ -418,7 +418,9 @@ def test_client_leaving_cleanly_is_not_lost_but_dropping_is():
     b.close()
 
 
-def test_closed_port_is_peer_lost_and_silent_peer_times_out():
+def test_closed_port_fails_the_call_but_is_retried_and_silent_peer_times_out():
+    """A connection that fails before its handshake is over fails that call (PeerLost) without
+    marking the peer lost: the next call dials again (a server may be restarting)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -429,7 +431,16 @@ def test_closed_port_is_peer_lost_and_silent_peer_times_out():
     cli.connect_tcp(1, "127.0.0.1", port)
     with pytest.raises(_native.Error) as e:
         cli.get(1, 1, 0, bytearray(8))
-    assert err(e) == _native.ERR_PEER_LOST and cli.peer_lost(1)
+    assert err(e) == _native.ERR_PEER_LOST and not cli.peer_lost(1)
+    srv = _native.Context(1, 3, 1)
+    srv.set_secret(SECRET)
+    mem = bytearray(range(8))
+    key = srv.register(mem, 3)
+    assert srv.listen("127.0.0.1", port) == port
+    out = bytearray(8)
+    cli.get(1, key, 0, out)
+    assert out == mem and not cli.peer_lost(1)
+    srv.close()
     # a listener that accepts and never says a word
     mute = socket.socket()
     mute.bind(("127.0.0.1", 0))

@@ -725,7 +725,7 @@ static PyMethodDef Context_methods[] = {
      "tcp_open(rank): make the tcp connection to rank now instead of on first use."},
     {"tcp_stats", (PyCFunction)pt_py_tcp_stats, METH_NOARGS,
      "tcp_stats() -> dict: accepted, active, auth_failures, bad_frames, requests, bytes_in, "
-     "bytes_out of this context's tcp server."},
+     "bytes_out, refused (turned away at accept) of this context's tcp server."},
     {"transport", (PyCFunction)pt_py_transport, METH_VARARGS,
      "transport(rank) -> 'shm', 'tcp' or 'none': how rank is reached."},
     {NULL}};

@@ -105,13 +105,14 @@ PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused)
     CTX_OPEN(self);
     pt_tcp_stats_t s;
     pt_ctx_tcp_stats(self->ctx, &s);
-    return Py_BuildValue("{sKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
                          "active", (unsigned long long)s.active, "auth_failures",
                          (unsigned long long)s.auth_failures, "bad_frames",
                          (unsigned long long)s.bad_frames, "requests",
                          (unsigned long long)s.requests, "bytes_in",
                          (unsigned long long)s.bytes_in, "bytes_out",
-                         (unsigned long long)s.bytes_out);
+                         (unsigned long long)s.bytes_out, "refused",
+                         (unsigned long long)s.refused);
 }
 
 PyObject *pt_py_transport(ContextObject *self, PyObject *args)

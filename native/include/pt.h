@@ -144,9 +144,12 @@ pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int po
 pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank);
 /* Server-side counters of this context's listener: connections accepted and open now,
  * handshakes failed, frames refused as malformed (each closed its connection), requests
- * served, and bytes received and sent on served connections (headers included). */
+ * served, bytes received and sent on served connections (headers included), and connections
+ * turned away (closed at accept while the authenticated ones were at their cap, or the oldest
+ * still in its handshake closed to make room for a new one). */
 typedef struct {
     uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
+    uint64_t refused;
 } pt_tcp_stats_t;
 void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out);
 /* How rank is reached: 0 not at all, 1 this process or shared memory, 2 tcp. */

@@ -86,6 +86,7 @@ struct pt_req {
     uint32_t frames, frames_sent, replied;
     int busy;                             /* threads moving bytes of buf outside the lock */
     int finished;                         /* outcome known; published once not busy */
+    int self_read;                        /* its caller reads the replies (never sleeps) */
     double deadline;
 };
 

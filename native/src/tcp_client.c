@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,12 +30,18 @@ typedef struct pt_tcp_conn {
     _Atomic int dead;
     pt_status_t fail;           /* what its requests failed with */
     pthread_mutex_t lock;       /* slots, queue and the tcp fields of its requests */
-    pthread_cond_t cond;        /* queue not empty / a slot freed / dead */
+    pthread_cond_t cond;        /* queue not empty / dead (the sender waits on it) */
+    pthread_cond_t slot_cond;   /* a slot freed / dead (callers at PT_TCP_MAX_INFLIGHT) */
+    int slot_waiters;
     pthread_mutex_t send_lock;  /* one frame at a time on the socket */
     pt_req_t *slots[PT_TCP_MAX_INFLIGHT];
     int inflight;
     uint64_t next_id;
     pt_req_t *q_head, *q_tail;  /* requests with frames still to send (sender thread) */
+    int reading;                /* who reads replies now: READ_NONE, READ_RECEIVER, READ_WAITER */
+    int rx_watching;            /* the receiver only watches for the peer's end */
+    int rx_kicked;              /* rx_wake written since the receiver last looked */
+    int rx_wake;                /* eventfd: the receiver must look at `reading` again */
     pthread_t sender, receiver;
     struct pt_tcp_conn *older;
 } pt_tcp_conn_t;
@@ -46,12 +53,29 @@ typedef struct pt_tcp_peer {
     pt_tcp_conn_t *conn;        /* the current one (may have failed) */
 } pt_tcp_peer_t;
 
+/* Who reads the socket. A synchronous call that finds nobody reading reads its own reply
+ * (and any other that comes first) in its own thread: no hand-off, no wake-up. Otherwise the
+ * receiver thread reads while requests are in flight; with none, it only watches for the
+ * peer's end (POLLRDHUP), so replies to a reading caller never wake it. */
+enum { READ_NONE, READ_RECEIVER, READ_WAITER };
+
+/* Make the receiver look at `reading` again (lock held). */
+static void kick_locked(pt_tcp_conn_t *c)
+{
+    if (c->rx_watching && !c->rx_kicked) {
+        uint64_t one = 1;
+        c->rx_kicked = 1;
+        (void)!write(c->rx_wake, &one, sizeof(one));
+    }
+}
+
 /* ---- completion ---- */
 
 static void publish(pt_req_t *req)
 {
     atomic_store_explicit(&req->done, 1, memory_order_release);
-    pt__futex_wake(&req->done, 0);
+    if (!req->self_read) /* (its caller reads replies itself: it does not sleep on done) */
+        pt__futex_wake(&req->done, 0);
     pt_req_release(req); /* the connection's reference */
 }
 
@@ -68,7 +92,8 @@ static void finish_locked(pt_tcp_conn_t *c, pt_req_t *req, pt_status_t st)
     if (*slot == req) {
         *slot = NULL;
         c->inflight--;
-        pthread_cond_broadcast(&c->cond);
+        if (c->slot_waiters)
+            pthread_cond_broadcast(&c->slot_cond);
     }
     if (!req->busy)
         publish(req);
@@ -106,6 +131,9 @@ static void fail_locked(pt_tcp_conn_t *c, pt_status_t st)
         if (c->slots[i])
             finish_locked(c, c->slots[i], st);
     pthread_cond_broadcast(&c->cond);
+    pthread_cond_broadcast(&c->slot_cond);
+    c->rx_kicked = 0;
+    kick_locked(c);
 }
 
 static void conn_fail(pt_tcp_conn_t *c, pt_status_t st)
@@ -272,34 +300,111 @@ static int on_reply(pt_tcp_conn_t *c, const pt_tcp_hdr_t *h)
     return 0;
 }
 
+/* Read one reply and handle it. 1: one was handled; 0: none came within the socket's receive
+ * timeout slice; -1: the stream is broken or ended (the caller fails the connection). */
+static int read_reply(pt_tcp_conn_t *c)
+{
+    uint8_t hb[PT_TCP_HDR];
+    ssize_t n = recv(c->fd, hb, sizeof(hb), MSG_WAITALL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return atomic_load(&c->dead) ? -1 : 0;
+    if (n <= 0)
+        return -1;
+    if ((size_t)n < sizeof(hb) &&
+        pt__tcp_recv(c->fd, hb + n, sizeof(hb) - (size_t)n, pt__now() + PT_TCP_IO_TIMEOUT,
+                     &c->abort, NULL) < 0)
+        return -1;
+    pt_tcp_hdr_t h;
+    pt__hdr_unpack(hb, &h);
+    return on_reply(c, &h) < 0 ? -1 : 1;
+}
+
 static void *receiver_main(void *arg)
 {
     pt_tcp_conn_t *c = arg;
-    pt_status_t why = PT_ERR_PEER_LOST;
     double last = 0;
     for (;;) {
-        struct pollfd pf = {.fd = c->fd, .events = POLLIN};
-        int rc = poll(&pf, 1, 1000);
+        pthread_mutex_lock(&c->lock);
+        if (c->reading == READ_NONE && c->inflight > 0)
+            c->reading = READ_RECEIVER;
+        int mine = c->reading == READ_RECEIVER, waiter = c->reading == READ_WAITER;
+        c->rx_watching = !mine;
+        c->rx_kicked = 0;
+        pthread_mutex_unlock(&c->lock);
         if (atomic_load(&c->dead))
             return NULL;
-        if (rc == 0) {
-            check_deadlines(c, &last);
-            continue;
+        struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | POLLRDHUP
+                                                                    : POLLRDHUP)},
+                               {.fd = c->rx_wake, .events = POLLIN}};
+        int rc = poll(pf, 2, mine ? 100 : 1000);
+        if (atomic_load(&c->dead))
+            return NULL;
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (rc > 0 && (pf[1].revents & POLLIN)) {
+            uint64_t v;
+            (void)!read(c->rx_wake, &v, sizeof(v));
         }
-        if (rc < 0 && errno == EINTR)
-            continue;
-        uint8_t hb[PT_TCP_HDR];
-        if (rc < 0 || pt__tcp_recv(c->fd, hb, sizeof(hb), pt__now() + PT_TCP_IO_TIMEOUT,
-                                   &c->abort, NULL) < 0)
-            break;
-        pt_tcp_hdr_t h;
-        pt__hdr_unpack(hb, &h);
-        if (on_reply(c, &h) < 0)
-            break;
-        check_deadlines(c, &last);
+        if (mine) {
+            if (rc > 0 && pf[0].revents && read_reply(c) < 0)
+                break;
+            check_deadlines(c, &last);
+            pthread_mutex_lock(&c->lock);
+            if (c->inflight == 0)
+                c->reading = READ_NONE; /* a synchronous call may read its own reply now */
+            pthread_mutex_unlock(&c->lock);
+        } else if (rc > 0 && pf[0].revents) {
+            /* the peer ended (or the socket failed): whoever reads sees it; if nobody does,
+             * take the reading over to see it ourselves */
+            pthread_mutex_lock(&c->lock);
+            if (c->reading == READ_NONE)
+                c->reading = READ_RECEIVER;
+            pthread_mutex_unlock(&c->lock);
+            if (waiter) {
+                struct pollfd w = {.fd = c->rx_wake, .events = POLLIN};
+                (void)!poll(&w, 1, 10);
+            }
+        }
     }
-    conn_fail(c, why);
+    conn_fail(c, PT_ERR_PEER_LOST);
     return NULL;
+}
+
+/* A synchronous call's wait when it took the reading (READ_WAITER): read replies in this
+ * thread until r has its outcome, then hand the reading back (to the receiver if more are
+ * due). r may be finished and not yet published (the sender thread still letting go of it):
+ * that last step wakes us through done as usual. */
+static pt_status_t wait_reading(pt_tcp_conn_t *c, pt_req_t *r)
+{
+    double last = pt__now(), spin = pt__spin_seconds();
+    int finished = 0;
+    while (!finished && !atomic_load(&c->dead)) {
+        /* poll briefly before blocking in recv: a reply within the spin time (a loopback or
+         * fast-link round trip) is taken without the sleep and wake-up (pt__relax gives the
+         * core away after a few microseconds, for an oversubscribed machine) */
+        for (double t0 = pt__now(), el = 0; el < spin; el = pt__now() - t0) {
+            struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+            if (poll(&pf, 1, 0) != 0)
+                break;
+            pt__relax(el);
+        }
+        int rc = read_reply(c);
+        if (rc < 0) {
+            conn_fail(c, PT_ERR_PEER_LOST);
+            break;
+        }
+        check_deadlines(c, &last);
+        pthread_mutex_lock(&c->lock);
+        finished = r->finished;
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_lock(&c->lock);
+    c->reading = READ_NONE;
+    r->self_read = 0; /* from now on we may sleep on done: publish must wake us */
+    if (c->inflight > 0)
+        kick_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return pt_req_wait(r, -1);
 }
 
 /* ---- connections ---- */
@@ -410,9 +515,16 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_c
     c->rank = rank;
     c->fd = fd;
     c->next_id = 1;
+    c->rx_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->rx_wake < 0) {
+        st = pt__sys();
+        free(c);
+        goto err_fd;
+    }
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->send_lock, NULL);
     pthread_cond_init(&c->cond, NULL);
+    pthread_cond_init(&c->slot_cond, NULL);
     if (pthread_create(&c->receiver, NULL, receiver_main, c) != 0) {
         st = PT_ERR_SYS;
         goto err_conn;
@@ -427,8 +539,10 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_c
     return PT_OK;
 err_conn:
     pthread_cond_destroy(&c->cond);
+    pthread_cond_destroy(&c->slot_cond);
     pthread_mutex_destroy(&c->send_lock);
     pthread_mutex_destroy(&c->lock);
+    close(c->rx_wake);
     free(c);
 err_fd:
     close(fd);
@@ -454,11 +568,13 @@ static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
         pt_tcp_conn_t *nc = NULL;
         st = atomic_load(&ctx->peers[rank].lost) ? PT_ERR_PEER_LOST
                                                   : conn_open(ctx, rank, p, &nc);
+        /* a failure before the handshake is over (refused, closed during HELLO/AUTH, timed
+         * out) fails this call only: the peer may be restarting, or a crowd of connections
+         * may have pushed ours out; the next call dials again. Only an established,
+         * authenticated connection that breaks marks the peer lost (fail_locked). */
         if (st == PT_OK) {
             nc->older = c;
             p->conn = c = nc;
-        } else if (st == PT_ERR_PEER_LOST) {
-            pt__peer_mark_lost(ctx, rank); /* refused or closed on us: it is gone */
         }
     }
     pthread_mutex_unlock(&p->lock);
@@ -467,8 +583,11 @@ static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
     return st;
 }
 
-/* Put req in flight on rank's connection. On PT_OK the connection holds a reference. */
-static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r)
+/* Put req in flight on rank's connection. On PT_OK the connection holds a reference, *cout is
+ * the connection and *reader says whether the caller (a synchronous one: `sync`) took the
+ * reading of replies, which it then must do (wait_sync). */
+static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp_conn_t **cout,
+                          int *reader)
 {
     pt_tcp_conn_t *c;
     pt_status_t st = conn_get(ctx, rank, &c);
@@ -481,7 +600,9 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r)
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
-        pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+        c->slot_waiters++;
+        pthread_cond_timedwait(&c->slot_cond, &c->lock, &ts);
+        c->slot_waiters--;
         if (pt__now() > r->deadline) {
             pthread_mutex_unlock(&c->lock);
             return PT_ERR_TIMEOUT;
@@ -498,6 +619,17 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r)
     c->slots[r->id % PT_TCP_MAX_INFLIGHT] = r;
     c->inflight++;
     atomic_fetch_add(&r->refs, 1); /* the connection's */
+    *cout = c;
+    *reader = 0;
+    if (c->reading == READ_NONE) {
+        if (sync) {
+            c->reading = READ_WAITER;
+            *reader = 1;
+            r->self_read = 1;
+        } else {
+            kick_locked(c);
+        }
+    }
     size_t payload = r->op == PT_TCP_OP_PUT ? r->len
                      : r->op == PT_TCP_OP_PUT_INDEXED ? r->n * (8 + r->itemsize) : 0;
     if (c->q_head || r->frames > 1 || payload > PT_TCP_INLINE_MAX) {
@@ -506,7 +638,7 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r)
         else
             c->q_head = r;
         c->q_tail = r;
-        pthread_cond_broadcast(&c->cond);
+        pthread_cond_signal(&c->cond);
         pthread_mutex_unlock(&c->lock);
         return PT_OK;
     }
@@ -542,9 +674,9 @@ static pt_req_t *req_new(int op, int rank, uint64_t key, uint64_t off, void *buf
 }
 
 /* Wait for a request submitted by a synchronous call, then drop it. */
-static pt_status_t wait_sync(pt_req_t *r, int64_t *old)
+static pt_status_t wait_sync(pt_tcp_conn_t *c, int reader, pt_req_t *r, int64_t *old)
 {
-    pt_status_t st = pt_req_wait(r, -1);
+    pt_status_t st = reader ? wait_reading(c, r) : pt_req_wait(r, -1);
     if (old && st == PT_OK)
         *old = r->old;
     pt_req_release(r);
@@ -569,7 +701,9 @@ pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t 
     pt_req_t *r = req_new(put ? PT_TCP_OP_PUT : PT_TCP_OP_GET, rank, key, off, buf, len);
     if (!r)
         return PT_ERR_NOMEM;
-    st = submit(ctx, rank, r);
+    pt_tcp_conn_t *c;
+    int reader;
+    st = submit(ctx, rank, r, !async_out, &c, &reader);
     if (st != PT_OK) {
         pt_req_release(r);
         return st;
@@ -578,7 +712,7 @@ pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t 
         *async_out = r;
         return PT_OK;
     }
-    return wait_sync(r, NULL);
+    return wait_sync(c, reader, r, NULL);
 }
 
 pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64_t off,
@@ -592,11 +726,13 @@ pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64
         return PT_ERR_NOMEM;
     r->a = a;
     r->b = b;
-    if ((st = submit(ctx, rank, r)) != PT_OK) {
+    pt_tcp_conn_t *c;
+    int reader;
+    if ((st = submit(ctx, rank, r, 1, &c, &reader)) != PT_OK) {
         pt_req_release(r);
         return st;
     }
-    return wait_sync(r, old_out);
+    return wait_sync(c, reader, r, old_out);
 }
 
 pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
@@ -625,11 +761,13 @@ pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uin
     r->itemsize = itemsize;
     r->lo = lo;
     r->span = hi - lo + itemsize;
-    if ((st = submit(ctx, rank, r)) != PT_OK) {
+    pt_tcp_conn_t *c;
+    int reader;
+    if ((st = submit(ctx, rank, r, 1, &c, &reader)) != PT_OK) {
         pt_req_release(r);
         return st;
     }
-    return wait_sync(r, NULL);
+    return wait_sync(c, reader, r, NULL);
 }
 
 pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank)
@@ -669,7 +807,9 @@ static void conn_close(pt_tcp_conn_t *c)
     pthread_join(c->sender, NULL);
     pthread_join(c->receiver, NULL);
     close(c->fd);
+    close(c->rx_wake);
     pthread_cond_destroy(&c->cond);
+    pthread_cond_destroy(&c->slot_cond);
     pthread_mutex_destroy(&c->send_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);

@@ -88,9 +88,17 @@ enum {
 /* Payloads up to this size are written by the calling thread when nothing is queued ahead of
  * them (one hand-off less for small requests); larger ones go through the sender thread. */
 #define PT_TCP_INLINE_MAX (64 * 1024)
-/* Connections one server accepts at once; more are closed at accept (bounds server threads). */
+/* Authenticated connections one server serves at once; more are closed (bounds server
+ * threads). */
 #define PT_TCP_MAX_CONNS 256
-/* Once a frame has started, the rest of it (and the handshake) must arrive within this many
+/* Connections still in the handshake, a budget of their own: when it is full a new connection
+ * closes the OLDEST of them, so that a crowd of silent connections (no secret needed to open
+ * one) delays a legitimate client by a handshake at most instead of locking it out. Large
+ * enough for a whole job's ranks dialing one server at the same moment. */
+#define PT_TCP_MAX_PENDING 128
+/* The whole handshake (HELLO, AUTH, AUTH_OK) must be over within this many seconds. */
+#define PT_TCP_HANDSHAKE_TIMEOUT 2.0
+/* Once a frame has started, the rest of it must arrive within this many
  * seconds, else the connection is dropped: a stalled or hostile peer cannot hold a server
  * thread, or a registration it is writing, for long. */
 #define PT_TCP_IO_TIMEOUT 10.0

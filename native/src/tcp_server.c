@@ -20,9 +20,12 @@
 
 typedef struct pt_tcp_sconn {
     struct pt_tcp_server *srv;
-    int fd;
+    int fd;                     /* (srv->lock) -1 once its thread closed it */
     pthread_t thread;
     _Atomic int done;
+    uint64_t seq;               /* accept order: the oldest handshake is closed first */
+    int authed;                 /* (srv->lock) past the handshake, counted in srv->authed */
+    _Atomic int evicted;        /* closed by the listener while still in the handshake */
     struct pt_tcp_sconn *next;
 } pt_tcp_sconn_t;
 
@@ -30,30 +33,38 @@ typedef struct pt_tcp_server {
     pt_ctx_t *ctx;
     int lfd, wake_fd;
     pthread_t thread;
-    pthread_mutex_t lock;       /* the connection list */
+    pthread_mutex_t lock;       /* the connection list, pending, authed, seq */
     pt_tcp_sconn_t *conns;
+    int pending, authed;        /* connections in the handshake (not evicted), and past it */
+    uint64_t seq;
     _Atomic int stopping;
     _Atomic uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
+    _Atomic uint64_t refused;
 } pt_tcp_server_t;
 
 /* One served connection's state while its thread runs. */
 typedef struct {
     pt_tcp_server_t *srv;
+    pt_tcp_sconn_t *conn;
     pt_ctx_t *ctx;
     int fd;
     int rank;                   /* the client's claimed (and authenticated) rank, or -1 */
     uint8_t *scratch;           /* put_indexed payloads, grown up to PT_TCP_MAX_PAYLOAD */
     size_t scratch_len;
+    double hs_deadline;         /* > 0 during the handshake: when it must be over */
 } serve_t;
 
-static double io_deadline(void) { return pt__now() + PT_TCP_IO_TIMEOUT; }
+static double io_deadline(const serve_t *s)
+{
+    return s->hs_deadline > 0 ? s->hs_deadline : pt__now() + PT_TCP_IO_TIMEOUT;
+}
 
 static int send_frame(serve_t *s, const pt_tcp_hdr_t *h, const void *payload, size_t len)
 {
     uint8_t hb[PT_TCP_HDR];
     pt__hdr_pack(h, hb);
     struct iovec iov[2] = {{hb, PT_TCP_HDR}, {(void *)(uintptr_t)payload, len}};
-    if (pt__tcp_sendv(s->fd, iov, payload && len ? 2 : 1, io_deadline(), &s->srv->stopping) < 0)
+    if (pt__tcp_sendv(s->fd, iov, payload && len ? 2 : 1, io_deadline(s), &s->srv->stopping) < 0)
         return -2;
     atomic_fetch_add(&s->srv->bytes_out, PT_TCP_HDR + (payload ? len : 0));
     return 0;
@@ -63,7 +74,7 @@ static int send_frame(serve_t *s, const pt_tcp_hdr_t *h, const void *payload, si
  * stopped reading or went away (not counted). */
 static int recv_bytes(serve_t *s, void *buf, size_t len)
 {
-    if (pt__tcp_recv(s->fd, buf, len, io_deadline(), &s->srv->stopping, NULL) < 0)
+    if (pt__tcp_recv(s->fd, buf, len, io_deadline(s), &s->srv->stopping, NULL) < 0)
         return -1;
     atomic_fetch_add(&s->srv->bytes_in, len);
     return 0;
@@ -222,7 +233,33 @@ static int serve_put_indexed(serve_t *s, const pt_tcp_hdr_t *h)
     return reply(s, h, st, 0);
 }
 
-/* The challenge-response; 0 when the client proved the secret. */
+/* The connection leaves the handshake budget for the authenticated one; -1 when it was closed
+ * to make room meanwhile, or the authenticated ones are at their cap. */
+static int admit(serve_t *s)
+{
+    pt_tcp_server_t *srv = s->srv;
+    int rc = 0;
+    pthread_mutex_lock(&srv->lock);
+    if (atomic_load(&s->conn->evicted)) {
+        rc = -1;
+    } else {
+        srv->pending--;
+        s->conn->authed = 1;
+        if (srv->authed >= PT_TCP_MAX_CONNS) {
+            s->conn->authed = 0;
+            atomic_store(&s->conn->evicted, 1); /* (not pending any more either) */
+            atomic_fetch_add(&srv->refused, 1);
+            rc = -1;
+        } else {
+            srv->authed++;
+        }
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return rc;
+}
+
+/* The challenge-response, within PT_TCP_HANDSHAKE_TIMEOUT; 0 when the client proved the
+ * secret (and was admitted: it then holds one of the authenticated connections' places). */
 static int handshake(serve_t *s)
 {
     pt_tcp_server_t *srv = s->srv;
@@ -234,7 +271,7 @@ static int handshake(serve_t *s)
     if (send_frame(s, &h, ns, sizeof(ns)) < 0)
         return -1;
     size_t got = 0;
-    if (pt__tcp_recv(s->fd, in, sizeof(in), io_deadline(), &srv->stopping, &got) < 0) {
+    if (pt__tcp_recv(s->fd, in, sizeof(in), io_deadline(s), &srv->stopping, &got) < 0) {
         if (got == 0)
             return -1; /* closed (or silent) before saying anything: not a frame */
         goto bad;
@@ -253,6 +290,10 @@ static int handshake(serve_t *s)
         send_frame(s, &r, NULL, 0);
         return -1;
     }
+    /* admitted before AUTH_OK goes: once the client has it, only a failure of ours or the
+     * client's end closes the connection (never the listener making room) */
+    if (admit(s) < 0)
+        return -1;
     pt__tcp_mac(s->ctx, 1, ns, pl, h.a, mac);
     pt_tcp_hdr_t r = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH_OK, .len = PT_TCP_MAC};
     if (send_frame(s, &r, mac, sizeof(mac)) < 0)
@@ -262,7 +303,7 @@ static int handshake(serve_t *s)
         s->rank = (int)h.a;
     return 0;
 bad:
-    if (!atomic_load(&srv->stopping))
+    if (!atomic_load(&srv->stopping) && !atomic_load(&s->conn->evicted))
         atomic_fetch_add(&srv->bad_frames, 1);
     return -1;
 }
@@ -289,24 +330,30 @@ static void *serve_main(void *arg)
 {
     pt_tcp_sconn_t *c = arg;
     pt_tcp_server_t *srv = c->srv;
-    serve_t s = {.srv = srv, .ctx = srv->ctx, .fd = c->fd, .rank = -1};
+    serve_t s = {.srv = srv, .conn = c, .ctx = srv->ctx, .fd = c->fd, .rank = -1,
+                 .hs_deadline = pt__now() + PT_TCP_HANDSHAKE_TIMEOUT};
     int clean = 0;
     if (pt__tcp_tune(c->fd, 0.5) < 0 || handshake(&s) < 0)
         goto out;
+    s.hs_deadline = 0;
     for (;;) {
         uint8_t hb[PT_TCP_HDR];
-        struct pollfd pf = {.fd = c->fd, .events = POLLIN};
-        if (poll(&pf, 1, -1) < 0 && errno != EINTR)
-            break;
+        /* wait for the next header in recv itself (one system call a request, no poll);
+         * the socket's receive timeout brings us back here to look at stopping */
+        ssize_t n = recv(c->fd, hb, sizeof(hb), MSG_WAITALL);
         if (atomic_load(&srv->stopping)) {
             clean = 1;
             break;
         }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            continue;
+        if (n <= 0)
+            break; /* closed or reset between frames */
         size_t got = 0;
-        if (pt__tcp_recv(c->fd, hb, sizeof(hb), io_deadline(), &srv->stopping, &got) < 0) {
-            if (got == 0 && errno == ETIMEDOUT)
-                continue;
-            if (got != 0 && !atomic_load(&srv->stopping))
+        if ((size_t)n < sizeof(hb) &&
+            pt__tcp_recv(c->fd, hb + n, sizeof(hb) - (size_t)n, io_deadline(&s),
+                         &srv->stopping, &got) < 0) {
+            if (!atomic_load(&srv->stopping))
                 atomic_fetch_add(&srv->bad_frames, 1); /* truncated header */
             clean = atomic_load(&srv->stopping);
             break;
@@ -341,31 +388,64 @@ static void *serve_main(void *arg)
         pt__peer_mark_lost(s.ctx, s.rank);
 out:
     free(s.scratch);
-    shutdown(c->fd, SHUT_RDWR);
+    /* closed here, at once (not at the next accept): a peer still sending gets a reset
+     * instead of a half-closed socket that keeps taking its bytes. Under the list lock, so
+     * that the listener never shuts down a descriptor number reused meanwhile. */
+    pthread_mutex_lock(&srv->lock);
+    close(c->fd);
+    c->fd = -1;
+    if (c->authed)
+        srv->authed--;
+    else if (!atomic_load(&c->evicted))
+        srv->pending--;
+    pthread_mutex_unlock(&srv->lock);
     atomic_fetch_sub(&srv->active, 1);
     atomic_store(&c->done, 1);
     return NULL;
 }
 
-/* Join and free connections whose thread has finished (all of them when `all`). */
+/* Join and free connections whose thread has finished (all of them when `all`). The joins
+ * happen outside the lock: a finishing thread takes it to give back its place. */
 static void reap(pt_tcp_server_t *srv, int all)
 {
+    pt_tcp_sconn_t *gone = NULL;
     pthread_mutex_lock(&srv->lock);
     pt_tcp_sconn_t **pp = &srv->conns;
     while (*pp) {
         pt_tcp_sconn_t *c = *pp;
-        if (all && !atomic_load(&c->done))
+        if (all && c->fd >= 0)
             shutdown(c->fd, SHUT_RDWR);
         if (all || atomic_load(&c->done)) {
-            pthread_join(c->thread, NULL);
-            close(c->fd);
             *pp = c->next;
-            free(c);
+            c->next = gone;
+            gone = c;
         } else {
             pp = &c->next;
         }
     }
     pthread_mutex_unlock(&srv->lock);
+    while (gone) {
+        pt_tcp_sconn_t *c = gone;
+        gone = c->next;
+        pthread_join(c->thread, NULL);
+        free(c);
+    }
+}
+
+/* Make room for a new connection: close the oldest one still in its handshake (lock held). */
+static void evict_oldest_locked(pt_tcp_server_t *srv)
+{
+    pt_tcp_sconn_t *old = NULL;
+    for (pt_tcp_sconn_t *c = srv->conns; c; c = c->next)
+        if (!c->authed && !atomic_load(&c->evicted) && c->fd >= 0 &&
+            (!old || c->seq < old->seq))
+            old = c;
+    if (!old)
+        return;
+    atomic_store(&old->evicted, 1);
+    shutdown(old->fd, SHUT_RDWR); /* its thread sees the end and leaves */
+    srv->pending--;
+    atomic_fetch_add(&srv->refused, 1);
 }
 
 static void *listen_main(void *arg)
@@ -388,21 +468,31 @@ static void *listen_main(void *arg)
             continue;
         reap(srv, 0);
         atomic_fetch_add(&srv->accepted, 1);
-        pt_tcp_sconn_t *c = NULL;
-        if (atomic_load(&srv->active) >= PT_TCP_MAX_CONNS || !(c = calloc(1, sizeof(*c)))) {
+        pt_tcp_sconn_t *c = calloc(1, sizeof(*c));
+        pthread_mutex_lock(&srv->lock);
+        if (!c || srv->authed >= PT_TCP_MAX_CONNS) {
+            pthread_mutex_unlock(&srv->lock);
+            atomic_fetch_add(&srv->refused, 1);
             close(fd);
+            free(c);
             continue;
         }
+        /* unauthenticated connections cost nothing to open: they share a budget of their
+         * own, and the newest one displaces the oldest (rather than being refused) */
+        if (srv->pending >= PT_TCP_MAX_PENDING)
+            evict_oldest_locked(srv);
         c->srv = srv;
         c->fd = fd;
+        c->seq = srv->seq++;
         atomic_fetch_add(&srv->active, 1);
         if (pthread_create(&c->thread, &attr, serve_main, c) != 0) {
+            pthread_mutex_unlock(&srv->lock);
             atomic_fetch_sub(&srv->active, 1);
             close(fd);
             free(c);
             continue;
         }
-        pthread_mutex_lock(&srv->lock);
+        srv->pending++; /* (the thread takes the lock before it changes pending) */
         c->next = srv->conns;
         srv->conns = c;
         pthread_mutex_unlock(&srv->lock);
@@ -507,4 +597,5 @@ void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out)
     out->requests = atomic_load(&srv->requests);
     out->bytes_in = atomic_load(&srv->bytes_in);
     out->bytes_out = atomic_load(&srv->bytes_out);
+    out->refused = atomic_load(&srv->refused);
 }
