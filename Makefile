@@ -26,6 +26,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
+	$(BIN)/python examples/servers_demo.py
 	$(BIN)/python -m collectives.launch -n $(RANKS) examples/windows_demo.py
 
 test: $(STAMP)

@@ -85,6 +85,21 @@ t_np, t_loc, t_rem = (per_call(lambda: a[123]), per_call(lambda: local[123]),
 print(f"x[i]: numpy {t_np:.0f} ns, pool local slab {t_loc:.0f} ns ({t_loc / t_np:.1f}x), "
       f"cached remote slab {t_rem:.0f} ns ({t_rem / t_np:.1f}x)")
 
+# -- computing where the slabs live: ufuncs, operators, reductions, matmul ----------------------
+m2 = x[6 * MiB: 10 * MiB].reshape(4096, 1024)  # a view over members 0 and 1: no copy
+t = time.perf_counter()
+y = np.sin(m2) * 2 + 1                          # pool arrays, streamed slab by slab
+col = y.mean(axis=0)                            # numpy (small result)
+w = np.ones((1024, 8), np.float32)
+z = m2 @ w                                      # rows of m2 stay where they are
+t_ops = time.perf_counter() - t
+ref = np.sin(m2.to_numpy()) * 2 + 1
+assert np.allclose(col, ref.mean(axis=0), rtol=1e-5, atol=1e-5)
+assert np.allclose(z.to_numpy(), m2.to_numpy() @ w, rtol=1e-4, atol=1e-3)
+print(f"\ny = sin(x) * 2 + 1, y.mean(axis=0), x @ w on {m2.shape}: {t_ops * 1e3:.0f} ms "
+      f"(y: {type(y).__module__}.ndarray on members {sorted(y.where())}, "
+      f"mean: {type(col).__module__}.ndarray)")
+
 st = pool.stats()
 print("\npool:", ", ".join(f"member {m['member']} uses {m['used'] / MiB:.0f} of "
                            f"{m['capacity'] / MiB:.0f} MiB" for m in st["members"]))
