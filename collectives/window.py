@@ -77,7 +77,7 @@ class LocalMemory:
 
 
 class Request:
-    """An asynchronous get or put in flight; wait() or test() to complete it."""
+    """An asynchronous get, put or notify in flight; wait() or test() to complete it."""
 
     __slots__ = ("_req", "_where", "_what", "_done")
 
@@ -228,6 +228,38 @@ class Window:
             self._ctx.notify(rank, self._keys[rank], offset, value)
         except _native.Error as e:
             raise_native(e, *self._where(rank, offset, 8), what="notify")
+
+    def put_notify(self, rank, offset, data, notify_offset, value=1):
+        """Put `data` at `offset` of rank's memory, then add `value` to the int64 at
+        `notify_offset` and wake its waiters, with the guarantee a receiver needs: whoever sees
+        the counter move sees every byte. One round trip over tcp (the notify rides on the
+        transfer's last frame) where put() then notify() takes two. The counter is checked
+        like notify()'s; a refusal (of the counter, or of a put of at most 256 KiB) changes
+        nothing at the target, and the counter never moves unless all the bytes were written."""
+        self._check(rank, offset)
+        self._check(rank, notify_offset)
+        key = self._keys[rank]
+        try:
+            self._ctx.put_notify(rank, key, offset, data, key, notify_offset, value)
+        except _native.Error as e:
+            raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put_notify")
+
+    def notify_async(self, rank, offset, value=1):
+        """notify() without waiting for the target's answer (over tcp a round trip saved on
+        the caller's path). Returns a Request: its wait() raises the notify's error, and
+        flush() waits for every one still open, so a failure is never lost. Notifies to one
+        rank apply in the order they were started. Over shared memory it is done at once."""
+        self._check(rank, offset)
+        where = self._where(rank, offset, 8)
+        try:
+            req = Request(self._ctx.notify_async(rank, self._keys[rank], offset, value), where,
+                          "notify")
+        except _native.Error as e:
+            raise_native(e, *where, what="notify")
+        if len(self._pending) > 64:
+            self._pending = [r for r in self._pending if not r._settled()]
+        self._pending.append(req)
+        return req
 
     def wait_local(self, offset, value, watch=None, timeout=None):
         """Block until the int64 at `offset` of this rank's own memory is >= `value` (polls

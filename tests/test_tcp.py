@@ -156,6 +156,109 @@ def test_refusals_leave_the_target_unchanged(pair):
     assert srv.tcp_stats()["bad_frames"] == 0
 
 
+def _put_notify_ordering(put_notify, notify_async, wait_local, mem, key, peer):
+    """A reader thread that sees the counter reach i sees put i's bytes: the counter never
+    runs ahead of the data. Then notify_async: every request completes and the counter adds
+    up."""
+    words = mem[:64].view(np.int64)
+    words[:] = 0
+    base, n_puts = 4096, 40
+    seen = []
+
+    def reader():
+        for i in range(1, n_puts + 1):
+            wait_local(mem, 8, i, -1, 20)
+            size = 1 + (i * 7919) % (3 * CHUNK)
+            seen.append(bool((mem[base:base + size] == i % 251).all()))
+            words[2] = i                           # checked: the writer may go on
+
+    th = threading.Thread(target=reader)
+    th.start()
+    for i in range(1, n_puts + 1):
+        size = 1 + (i * 7919) % (3 * CHUNK)       # one frame and several
+        put_notify(peer, key, base, np.full(size, i % 251, np.uint8), key, 8, 1)
+        wait_local(mem, 16, i, -1, 20)             # the reader has checked put i
+    th.join(30)
+    assert seen == [True] * n_puts
+    reqs = [notify_async(peer, key, 24, 2) for _ in range(300)]
+    for r in reqs:
+        r.wait(10)
+    assert words[3] == 600
+
+
+def _put_notify_refusals(put_notify, notify_async, mem, key, ro, pkey, checks):
+    words = mem[:64].view(np.int64)
+    words[:] = 0
+    before = mem.copy()
+    data = np.full(100, 9, np.uint8)
+    cases = [
+        (lambda: put_notify(1, key, mem.size - 50, data, key, 8, 1), _native.ERR_BOUNDS),
+        (lambda: put_notify(1, ro, 0, data, key, 8, 1), _native.ERR_MODE),
+        (lambda: put_notify(1, key, 4096, data, key, 9, 1), _native.ERR_ALIGN),
+        (lambda: put_notify(1, key, 4096, data, ro, 8, 1), _native.ERR_MODE),
+        (lambda: put_notify(1, key, 4096, data, key, mem.size, 1), _native.ERR_BOUNDS),
+        (lambda: put_notify(1, key, 4096, data, key ^ (1 << 40), 8, 1), _native.ERR_KEY),
+        (lambda: put_notify(1, key, 4096, data, pkey, 0, 1), _native.ERR_UNSUPPORTED),
+        (lambda: notify_async(1, key, 3, 1).wait(5), _native.ERR_ALIGN),
+        (lambda: notify_async(1, ro, 0, 1).wait(5), _native.ERR_MODE),
+    ]
+    for fn, status in cases:
+        with pytest.raises(_native.Error) as e:
+            fn()
+        assert err(e) == status, (e.value, status)
+    assert np.array_equal(mem, before)               # nothing written
+    # a put of several frames refused for its counter: the counter does not move (its
+    # first frames, plain puts, may be in memory, as for a put refused past its start)
+    with pytest.raises(_native.Error) as e:
+        put_notify(1, key, 4096, np.ones(2 * CHUNK, np.uint8), key, 3, 1)
+    assert err(e) == _native.ERR_ALIGN and not words.any()
+    put_notify(1, key, 4096, b"", key, 8, 5)      # zero bytes still notify
+    assert words[1] == 5
+    checks()
+
+
+def test_put_notify_orders_data_before_the_counter_over_tcp(pair):
+    srv, mem, key, cli, *_ = pair
+    _put_notify_ordering(cli.put_notify, cli.notify_async, srv.wait_local, mem, key, 1)
+    assert srv.tcp_stats()["bad_frames"] == 0
+
+
+def test_put_notify_refusals_over_tcp(pair):
+    srv, mem, key, cli, ro, pkey, _ = pair
+
+    def checks():
+        out = bytearray(4)
+        cli.get(1, ro, 100, out)      # the connection survived every refusal
+        assert bytes(out) == bytes([100, 101, 102, 103])
+        assert srv.tcp_stats()["bad_frames"] == 0
+
+    _put_notify_refusals(cli.put_notify, cli.notify_async, mem, key, ro, pkey, checks)
+
+
+@pytest.fixture
+def shm_self():
+    """A context of one rank reaching its own registrations (the shared-memory path)."""
+    ctx = _native.Context(0, 1, 1)
+    seg = _native.Segment(8 << 20)
+    ctx.add_segment(seg)
+    mem = np.frombuffer(seg, np.uint8)
+    mem[:] = np.arange(mem.size) % 251
+    key = ctx.register(mem, 3)
+    ro = ctx.register(mem[:4096], 1)
+    plain = np.zeros(64, np.uint8)
+    pkey = ctx.register(plain, 3)
+    yield ctx, mem, key, ro, pkey
+    ctx.close()
+
+
+def test_put_notify_and_notify_async_over_shared_memory(shm_self):
+    ctx, mem, key, ro, pkey = shm_self
+    _put_notify_ordering(ctx.put_notify, ctx.notify_async, ctx.wait_local, mem, key, 0)
+    # refusals: at once (shared memory answers in the call), target unchanged
+    fwd = (lambda r, *a: ctx.put_notify(0, *a)), (lambda r, *a: ctx.notify_async(0, *a))
+    _put_notify_refusals(*fwd, mem, key, ro, pkey, lambda: None)
+
+
 def test_deregistered_key_is_refused(pair):
     srv, mem, key, cli, *_ = pair
     k2 = srv.register(mem[:100], 3)

@@ -14,9 +14,15 @@ rank's window holds::
                64-byte header + slot_bytes payload
 
 send(d, chunk): wait until credit[d] > sent[d] - nslots (a free slot), put header and payload
-into slot sent[d] % nslots of my area in d's window, notify d's arrived[me]. recv(s): wait until
-arrived[s] > recvd[s], check the header, read the payload in place, release() notifies
-credit[me] in s's window. The counters only grow, so consecutive collectives continue one
+into slot sent[d] % nslots of my area in d's window with a notify of d's arrived[me] that lands
+after the bytes (Window.put_notify: one round trip over tcp). recv(s): wait until arrived[s] >
+recvd[s], check the header, read the payload in place, release() notifies credit[me] in s's
+window. With POOLTENSOR_CHANNEL_ASYNC_RELEASE=1 the release goes over tcp without waiting for
+the answer (Window.notify_async): the answers are collected when the next operation starts, and
+the first failure among them fails that operation on every member (the abort protocol below);
+the window's close waits for any left. It is off by default: measured between two network
+namespaces on a loaded machine, the answer read by the connection's receiver thread (and the
+synchronous calls that follow waiting on that thread) cost more than the round trip it saves. The counters only grow, so consecutive collectives continue one
 stream per pair; the header (op sequence number of the group, digest of the call, algorithm and
 group, payload length) gives every operation in flight its own tag and catches calls that do
 not match, naming the other rank.
@@ -53,6 +59,7 @@ SLOT_BYTES = int(os.environ.get("POOLTENSOR_CHANNEL_SLOT_BYTES", 256 * 1024))
 NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
+ASYNC_RELEASE = os.environ.get("POOLTENSOR_CHANNEL_ASYNC_RELEASE", "0") != "0"
 TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"
 
 KEEP = 8                      # abort records kept per peer (the latest, by poison count)
@@ -181,6 +188,14 @@ class Channel:
         raw = np.zeros(HDR + STAGE_MAX + 64, np.uint8)
         off = (-raw.ctypes.data) % 64
         self.stage = raw[off:off + HDR + STAGE_MAX]
+        # over tcp a whole chunk goes with its header in one put_notify (a copy here is cheaper
+        # than a round trip); over shared memory only small ones (there a put is a copy)
+        self.tcp = [t == "tcp" for t in world.transports]
+        if any(self.tcp):
+            raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
+            off = (-raw.ctypes.data) % 64
+            self.stage = raw[off:off + HDR + self.slot_bytes]
+        self.releases = []                  # notify_async requests not yet answered
         self.stage_mv = memoryview(self.stage)
         self.hdr = np.zeros(HDR, np.uint8)
 
@@ -261,6 +276,22 @@ class Channel:
                 self.recvd[src] += 1
                 self.win.notify(src, 8 * (self.n + self.me), 1)
 
+    def _settle(self, quiet=False):
+        """Wait for the asynchronous releases still in flight; their first failure raises
+        (quiet: an operation failed already, only let them finish)."""
+        reqs, self.releases = self.releases, []
+        for r in reqs:
+            try:
+                r.wait(self.world.timeout)
+            except Exception:
+                if not quiet:
+                    for rest in reqs:
+                        try:
+                            rest.wait(self.world.timeout)
+                        except Exception:
+                            pass
+                    raise
+
     # -- failure -----------------------------------------------------------------------------
     def _abort(self, op, reason, pair):
         """Wake every member of op's group with this rank's abort record."""
@@ -336,6 +367,14 @@ class Op:
     def __enter__(self):
         ch = self.ch
         ch.cur = (self.group.gid, self.seq)
+        if ch.releases:
+            try:
+                ch._settle()     # the previous operations' releases: a failure fails this one
+            except Exception as late:
+                ch.dirty = True
+                ch._abort(self, *_reason(late, ch.me))
+                ch.cur = None
+                raise
         if ch.dirty:
             ch._drain()
         return self
@@ -345,6 +384,7 @@ class Op:
         if e is None:
             ch.dirty = False
         else:
+            ch._settle(quiet=True)
             ch.dirty = True
             ch._abort(self, *_reason(e, ch.me))
         ch.cur = None
@@ -359,17 +399,16 @@ class Op:
         off = ch._base(dst, ch.me) + (k % ch.nslots) * ch.stride
         n = data.nbytes
         gid, seq, algo, sig = self.key
-        if n <= STAGE_MAX:
+        if n <= STAGE_MAX or ch.tcp[dst]:
             st = ch.stage_mv
             _HEADER.pack_into(st, 0, gid, seq, algo, sig, n)
             if n:
                 st[HDR:HDR + n] = data
-            ch.win.put(dst, off, ch.stage[:HDR + n])
+            ch.win.put_notify(dst, off, ch.stage[:HDR + n], 8 * ch.me, 1)
         else:
             ch.win.put(dst, off + HDR, data)
             _HEADER.pack_into(ch.hdr, 0, gid, seq, algo, sig, n)
-            ch.win.put(dst, off, ch.hdr)
-        ch.win.notify(dst, 8 * ch.me, 1)
+            ch.win.put_notify(dst, off, ch.hdr, 8 * ch.me, 1)
         ch.sent[dst] = k + 1
 
     def recv(self, src, nbytes):
@@ -395,7 +434,12 @@ class Op:
         """Done with the chunk from src: give its slot back."""
         ch = self.ch
         ch.recvd[src] += 1
-        ch.win.notify(src, 8 * (ch.n + ch.me), 1)
+        if not (ASYNC_RELEASE and ch.tcp[src]):
+            ch.win.notify(src, 8 * (ch.n + ch.me), 1)
+            return
+        if len(ch.releases) >= 64:
+            ch._settle()
+        ch.releases.append(ch.win.notify_async(src, 8 * (ch.n + ch.me), 1))
 
     def recv_into(self, src, out):
         """Receive the next chunk from src into the uint8 array out."""

@@ -197,7 +197,7 @@ static PyTypeObject RequestType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "collectives._native.Request",
     .tp_basicsize = sizeof(RequestObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An asynchronous get or put in flight.",
+    .tp_doc = "An asynchronous get, put or notify in flight.",
     .tp_dealloc = (destructor)Request_dealloc,
     .tp_methods = Request_methods,
 };
@@ -652,6 +652,63 @@ static PyObject *Context_notify(ContextObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *Context_put_notify(ContextObject *self, PyObject *args)
+{
+    int rank;
+    unsigned long long key, off, nkey, noff;
+    long long v;
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "iKKy*KKL", &rank, &key, &off, &b, &nkey, &noff, &v))
+        return NULL;
+    pt_status_t st = PT_ERR_CLOSED;
+    if (self->ctx) {
+        pt_ctx_t *c = self->ctx;
+        if (HOLD_GIL(c, rank, b.len)) {
+            st = pt_put_notify(c, rank, key, off, b.buf, (size_t)b.len, nkey, noff, v);
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            st = pt_put_notify(c, rank, key, off, b.buf, (size_t)b.len, nkey, noff, v);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyBuffer_Release(&b);
+    if (st != PT_OK)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Context_notify_async(ContextObject *self, PyObject *args)
+{
+    int rank;
+    unsigned long long key, off;
+    long long v;
+    if (!PyArg_ParseTuple(args, "iKKL", &rank, &key, &off, &v))
+        return NULL;
+    CTX(self);
+    RequestObject *r = PyObject_New(RequestObject, &RequestType);
+    if (!r)
+        return NULL;
+    r->req = NULL;
+    r->has_buf = 0;
+    r->finished = 1;
+    r->status = PT_OK;
+    pt_ctx_t *c = self->ctx;
+    pt_status_t st;
+    if (HOLD_GIL(c, rank, 0)) {
+        st = pt_notify_async(c, rank, key, off, v, &r->req);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        st = pt_notify_async(c, rank, key, off, v, &r->req);
+        Py_END_ALLOW_THREADS
+    }
+    if (st != PT_OK) {
+        Py_DECREF(r);
+        return raise_status(st);
+    }
+    r->finished = 0;
+    return (PyObject *)r;
+}
+
 static PyObject *Context_wait_local(ContextObject *self, PyObject *args)
 {
     Py_buffer b;
@@ -687,6 +744,11 @@ static PyMethodDef Context_methods[] = {
      "put_indexed(rank, key, offsets_u64, itemsize, data): element-precise scatter."},
     {"notify", (PyCFunction)Context_notify, METH_VARARGS,
      "notify(rank, key, offset, value): atomic add to an int64 and wake its waiters."},
+    {"put_notify", (PyCFunction)Context_put_notify, METH_VARARGS,
+     "put_notify(rank, key, offset, data, notify_key, notify_offset, value): put, then notify "
+     "once the bytes are in place."},
+    {"notify_async", (PyCFunction)Context_notify_async, METH_VARARGS,
+     "notify_async(rank, key, offset, value) -> Request: notify without waiting."},
     {"wait_local", (PyCFunction)Context_wait_local, METH_VARARGS,
      "wait_local(buffer, offset, value, watch_rank, timeout): until int64 >= value."},
     {"close", (PyCFunction)Context_close, METH_NOARGS, "Stop threads and unmap every peer."},

@@ -163,6 +163,21 @@ void pt_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, 
 
 /* Atomically add v to the int64 at off of rank's registration and wake whoever waits on it. */
 pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v);
+/* Put len bytes from src at off of rank's registration `key`, then (once they are all in the
+ * target's memory) add v to the int64 at noff of registration nkey and wake its waiters, as
+ * pt_notify: whoever sees the counter move sees the bytes. Over tcp one round trip (the
+ * notify rides on the transfer's last frame). The counter is checked like a notify target;
+ * a refusal of the counter, or of a put that fits one frame (PT_TCP_CHUNK, 256 KiB), leaves
+ * the target unchanged (a longer put refused past its start may have written its first
+ * frames, as pt_put does); the counter never moves unless every byte was written. */
+pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
+                          size_t len, uint64_t nkey, uint64_t noff, int64_t v);
+/* pt_notify without waiting for the answer: *out completes with the target's status (over
+ * shared memory it is done already). Errors found at once (unknown rank, lost peer, and over
+ * shared memory any refusal) are returned here instead. Notifies to one rank are applied in
+ * the order they were started, after every operation to it that completed before. */
+pt_status_t pt_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                            pt_req_t **out);
 /* Wait until the local int64 at addr is >= value; polls briefly, then blocks. While waiting,
  * PT_ERR_PEER_LOST if rank `watch` (>= 0) dies, PT_ERR_TIMEOUT past timeout. */
 pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,

@@ -81,6 +81,7 @@ struct pt_req {
     const uint64_t *offs;                 /* put_indexed: n offsets, items of itemsize */
     size_t n, itemsize;
     uint64_t lo, span;                    /* put_indexed: the whole set's range */
+    uint8_t value[8];                     /* put_notify: le64 value in front of its last frame */
     uint64_t id;
     size_t sent;                          /* bytes (put_indexed: items) framed so far */
     uint32_t frames, frames_sent, replied;
@@ -157,6 +158,13 @@ pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64
                            int64_t a, int64_t b, int64_t *old_out);
 pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
                                 size_t n, size_t itemsize, const void *src);
+/* A put whose bytes are in memory before the int64 at (nkey, noff) grows by v (PUT_NOTIFY). */
+pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                               const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                               int64_t v);
+/* A notify in flight: *out completes with the target's answer. */
+pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                                 pt_req_t **out);
 void pt__tcp_client_stop(pt_ctx_t *ctx);
 void pt__tcp_server_stop(pt_ctx_t *ctx);
 

@@ -287,6 +287,46 @@ pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64
     return PT_OK;
 }
 
+pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
+                          size_t len, uint64_t nkey, uint64_t noff, int64_t v)
+{
+    if (is_tcp(ctx, rank))
+        return pt__tcp_put_notify(ctx, rank, key, off, src, len, nkey, noff, v);
+    /* the counter is checked first, so that a refusal of either leaves the target unchanged */
+    _Atomic int64_t *p;
+    pt_status_t st = atomic_target(ctx, rank, nkey, noff, &p);
+    if (st != PT_OK)
+        return st;
+    if ((st = pt_put(ctx, rank, key, off, src, len)) != PT_OK)
+        return st;
+    atomic_fetch_add(p, v); /* (sequentially consistent: after the bytes, for any observer) */
+    pt__futex_wake(low_word(p), 1);
+    return PT_OK;
+}
+
+pt_status_t pt_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                            pt_req_t **out)
+{
+    if (!out)
+        return PT_ERR_INVALID;
+    if (is_tcp(ctx, rank))
+        return pt__tcp_notify_async(ctx, rank, key, off, v, out);
+    /* shared memory: done at once (a store and a wake), handed back complete */
+    pt_req_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return PT_ERR_NOMEM;
+    pt_status_t st = pt_notify(ctx, rank, key, off, v);
+    if (st != PT_OK) {
+        free(r);
+        return st;
+    }
+    atomic_store(&r->refs, 1);
+    r->rank = rank;
+    atomic_store_explicit(&r->done, 1, memory_order_release);
+    *out = r;
+    return PT_OK;
+}
+
 pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,
                           double timeout)
 {

@@ -21,133 +21,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcp_proto.h"
-
-typedef struct pt_tcp_conn {
-    pt_ctx_t *ctx;
-    int rank, fd;
-    _Atomic int abort;          /* set once, when the connection fails */
-    _Atomic int dead;
-    pt_status_t fail;           /* what its requests failed with */
-    pthread_mutex_t lock;       /* slots, queue and the tcp fields of its requests */
-    pthread_cond_t cond;        /* queue not empty / dead (the sender waits on it) */
-    pthread_cond_t slot_cond;   /* a slot freed / dead (callers at PT_TCP_MAX_INFLIGHT) */
-    int slot_waiters;
-    pthread_mutex_t send_lock;  /* one frame at a time on the socket */
-    pt_req_t *slots[PT_TCP_MAX_INFLIGHT];
-    int inflight;
-    uint64_t next_id;
-    pt_req_t *q_head, *q_tail;  /* requests with frames still to send (sender thread) */
-    int reading;                /* who reads replies now: READ_NONE, READ_RECEIVER, READ_WAITER */
-    int rx_watching;            /* the receiver only watches for the peer's end */
-    int rx_kicked;              /* rx_wake written since the receiver last looked */
-    int rx_wake;                /* eventfd: the receiver must look at `reading` again */
-    pthread_t sender, receiver;
-    struct pt_tcp_conn *older;
-} pt_tcp_conn_t;
-
-typedef struct pt_tcp_peer {
-    char host[256];
-    int port;
-    pthread_mutex_t lock;       /* making a connection */
-    pt_tcp_conn_t *conn;        /* the current one (may have failed) */
-} pt_tcp_peer_t;
-
-/* Who reads the socket. A synchronous call that finds nobody reading reads its own reply
- * (and any other that comes first) in its own thread: no hand-off, no wake-up. Otherwise the
- * receiver thread reads while requests are in flight; with none, it only watches for the
- * peer's end (POLLRDHUP), so replies to a reading caller never wake it. */
-enum { READ_NONE, READ_RECEIVER, READ_WAITER };
-
-/* Make the receiver look at `reading` again (lock held). */
-static void kick_locked(pt_tcp_conn_t *c)
-{
-    if (c->rx_watching && !c->rx_kicked) {
-        uint64_t one = 1;
-        c->rx_kicked = 1;
-        (void)!write(c->rx_wake, &one, sizeof(one));
-    }
-}
-
-/* ---- completion ---- */
-
-static void publish(pt_req_t *req)
-{
-    atomic_store_explicit(&req->done, 1, memory_order_release);
-    if (!req->self_read) /* (its caller reads replies itself: it does not sleep on done) */
-        pt__futex_wake(&req->done, 0);
-    pt_req_release(req); /* the connection's reference */
-}
-
-/* Decide a request's outcome (lock held): out of the table, published unless a thread is
- * still moving its bytes (that thread publishes when it lets go). */
-static void finish_locked(pt_tcp_conn_t *c, pt_req_t *req, pt_status_t st)
-{
-    if (req->finished)
-        return;
-    if (req->status == PT_OK)
-        req->status = st;
-    req->finished = 1;
-    pt_req_t **slot = &c->slots[req->id % PT_TCP_MAX_INFLIGHT];
-    if (*slot == req) {
-        *slot = NULL;
-        c->inflight--;
-        if (c->slot_waiters)
-            pthread_cond_broadcast(&c->slot_cond);
-    }
-    if (!req->busy)
-        publish(req);
-}
-
-/* busy counts the threads moving a request's bytes (sender and receiver may both be). */
-static void unbusy_locked(pt_req_t *req)
-{
-    if (--req->busy == 0 && req->finished)
-        publish(req);
-}
-
-/* The connection fails: every request in it completes with st; no new ones are taken. */
-static void fail_locked(pt_tcp_conn_t *c, pt_status_t st)
-{
-    if (!atomic_load(&c->dead)) {
-        c->fail = st;
-        atomic_store(&c->dead, 1);
-        atomic_store(&c->abort, 1);
-        if (st != PT_ERR_PEER_LOST && pthread_mutex_trylock(&c->send_lock) == 0) {
-            /* we give up on a live peer (timeout, close): say so between two frames, so
-             * that it does not take this connection's end for our death */
-            uint8_t hb[PT_TCP_HDR];
-            pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_BYE};
-            pt__hdr_pack(&h, hb);
-            (void)!send(c->fd, hb, sizeof(hb), MSG_DONTWAIT | MSG_NOSIGNAL);
-            pthread_mutex_unlock(&c->send_lock);
-        }
-        shutdown(c->fd, SHUT_RDWR);
-        if (st == PT_ERR_PEER_LOST)
-            pt__peer_mark_lost(c->ctx, c->rank);
-    }
-    c->q_head = c->q_tail = NULL;
-    for (int i = 0; i < PT_TCP_MAX_INFLIGHT; i++)
-        if (c->slots[i])
-            finish_locked(c, c->slots[i], st);
-    pthread_cond_broadcast(&c->cond);
-    pthread_cond_broadcast(&c->slot_cond);
-    c->rx_kicked = 0;
-    kick_locked(c);
-}
-
-static void conn_fail(pt_tcp_conn_t *c, pt_status_t st)
-{
-    pthread_mutex_lock(&c->lock);
-    fail_locked(c, st);
-    pthread_mutex_unlock(&c->lock);
-}
+#include "tcp_client.h"
 
 /* ---- sending ---- */
 
 static uint32_t frame_count(const pt_req_t *r)
 {
-    if (r->op == PT_TCP_OP_GET || r->op == PT_TCP_OP_PUT)
+    if (r->op == PT_TCP_OP_GET || r->op == PT_TCP_OP_PUT || r->op == PT_TCP_OP_PUT_NOTIFY)
         return r->len ? (uint32_t)((r->len + PT_TCP_CHUNK - 1) / PT_TCP_CHUNK) : 1;
     if (r->op == PT_TCP_OP_PUT_INDEXED) {
         size_t per = PT_TCP_CHUNK / (8 + r->itemsize);
@@ -166,11 +46,22 @@ static int send_next(pt_tcp_conn_t *c, pt_req_t *r)
     struct iovec iov[3] = {{hb, PT_TCP_HDR}};
     int n = 1;
     size_t step = 0;
-    if (r->op == PT_TCP_OP_GET || r->op == PT_TCP_OP_PUT) {
+    if (r->op == PT_TCP_OP_GET || r->op == PT_TCP_OP_PUT || r->op == PT_TCP_OP_PUT_NOTIFY) {
         step = r->len - r->sent < PT_TCP_CHUNK ? r->len - r->sent : PT_TCP_CHUNK;
         h.off = r->off + r->sent;
         h.len = step;
-        if (r->op == PT_TCP_OP_PUT && step)
+        if (r->op == PT_TCP_OP_PUT_NOTIFY && r->sent + step < r->len) {
+            /* not the last frame: a plain put. Frames of one request leave in order (only one
+             * thread at a time moves it, busy, taking frames in sequence: sent), and the
+             * server serves them in order, so these are in memory before the last one's
+             * notify */
+            h.op = PT_TCP_OP_PUT;
+            h.a = h.b = 0;
+        } else if (r->op == PT_TCP_OP_PUT_NOTIFY) {
+            h.len = 8 + step;
+            iov[n++] = (struct iovec){r->value, 8};
+        }
+        if (r->op != PT_TCP_OP_GET && step)
             iov[n++] = (struct iovec){(uint8_t *)r->buf + r->sent, step};
     } else if (r->op == PT_TCP_OP_PUT_INDEXED) {
         size_t per = PT_TCP_CHUNK / (8 + r->itemsize);
@@ -213,7 +104,7 @@ static void *sender_main(void *arg)
         pthread_mutex_unlock(&c->send_lock);
         pthread_mutex_lock(&c->lock);
         if (rc < 0 && !atomic_load(&c->dead))
-            fail_locked(c, PT_ERR_PEER_LOST);
+            pt__tcp_fail_locked(c, PT_ERR_PEER_LOST);
         if (rc == 0 && !r->finished && r->frames_sent < r->frames) {
             /* round robin: its next frame after one of every other queued request */
             if (c->q_tail)
@@ -222,189 +113,11 @@ static void *sender_main(void *arg)
                 c->q_head = r;
             c->q_tail = r;
         }
-        unbusy_locked(r);
+        pt__tcp_unbusy_locked(r);
         pt_req_release(r);
     }
     pthread_mutex_unlock(&c->lock);
     return NULL;
-}
-
-/* ---- receiving ---- */
-
-static void check_deadlines(pt_tcp_conn_t *c, double *last)
-{
-    double now = pt__now();
-    if (now - *last < 0.1)
-        return; /* a scan of the table at most ten times a second */
-    *last = now;
-    pthread_mutex_lock(&c->lock);
-    for (int i = 0; i < PT_TCP_MAX_INFLIGHT; i++)
-        if (c->slots[i] && now > c->slots[i]->deadline) {
-            fail_locked(c, PT_ERR_TIMEOUT);
-            break;
-        }
-    pthread_mutex_unlock(&c->lock);
-}
-
-static pt_status_t reply_status(uint32_t s)
-{
-    /* only the refusals a target sends; anything else from the wire is a protocol error */
-    switch (s) {
-    case PT_OK: case PT_ERR_KEY: case PT_ERR_BOUNDS: case PT_ERR_MODE: case PT_ERR_ALIGN:
-    case PT_ERR_INVALID: case PT_ERR_UNSUPPORTED:
-        return (pt_status_t)s;
-    }
-    return PT_ERR_INVALID;
-}
-
-/* Handle one reply; -1: the stream is broken (malformed reply or failed read). */
-static int on_reply(pt_tcp_conn_t *c, const pt_tcp_hdr_t *h)
-{
-    int op = h->op & ~PT_TCP_REPLY;
-    if (h->magic != PT_TCP_MAGIC || !(h->op & PT_TCP_REPLY) || op < PT_TCP_OP_GET ||
-        op > PT_TCP_OP_PUT_INDEXED || h->flags)
-        return -1;
-    pt_status_t st = reply_status(h->status);
-    pthread_mutex_lock(&c->lock);
-    pt_req_t *r = c->slots[h->id % PT_TCP_MAX_INFLIGHT];
-    if (!r || r->id != h->id || r->op != op || r->replied >= r->frames_sent) {
-        pthread_mutex_unlock(&c->lock);
-        return -1;
-    }
-    if (op == PT_TCP_OP_GET && st == PT_OK && r->len) {
-        /* exactly one of the chunks this request asked for, nothing outside its buffer */
-        uint64_t at = h->off - r->off;
-        if (h->off < r->off || at >= r->len || at % PT_TCP_CHUNK ||
-            h->len != (r->len - at < PT_TCP_CHUNK ? r->len - at : PT_TCP_CHUNK)) {
-            pthread_mutex_unlock(&c->lock);
-            return -1;
-        }
-        r->busy++;
-        pthread_mutex_unlock(&c->lock);
-        int rc = pt__tcp_recv(c->fd, (uint8_t *)r->buf + (h->off - r->off), (size_t)h->len,
-                              pt__now() + PT_TCP_IO_TIMEOUT, &c->abort, NULL);
-        pthread_mutex_lock(&c->lock);
-        int gone = r->finished; /* failed meanwhile: the connection is going */
-        unbusy_locked(r);       /* (may free r when gone) */
-        if (rc < 0 || gone) {
-            pthread_mutex_unlock(&c->lock);
-            return -1;
-        }
-    }
-    if (st != PT_OK && r->status == PT_OK)
-        r->status = st;
-    r->old = h->a;
-    if (++r->replied == r->frames)
-        finish_locked(c, r, r->status);
-    pthread_mutex_unlock(&c->lock);
-    return 0;
-}
-
-/* Read one reply and handle it. 1: one was handled; 0: none came within the socket's receive
- * timeout slice; -1: the stream is broken or ended (the caller fails the connection). */
-static int read_reply(pt_tcp_conn_t *c)
-{
-    uint8_t hb[PT_TCP_HDR];
-    ssize_t n = recv(c->fd, hb, sizeof(hb), MSG_WAITALL);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return atomic_load(&c->dead) ? -1 : 0;
-    if (n <= 0)
-        return -1;
-    if ((size_t)n < sizeof(hb) &&
-        pt__tcp_recv(c->fd, hb + n, sizeof(hb) - (size_t)n, pt__now() + PT_TCP_IO_TIMEOUT,
-                     &c->abort, NULL) < 0)
-        return -1;
-    pt_tcp_hdr_t h;
-    pt__hdr_unpack(hb, &h);
-    return on_reply(c, &h) < 0 ? -1 : 1;
-}
-
-static void *receiver_main(void *arg)
-{
-    pt_tcp_conn_t *c = arg;
-    double last = 0;
-    for (;;) {
-        pthread_mutex_lock(&c->lock);
-        if (c->reading == READ_NONE && c->inflight > 0)
-            c->reading = READ_RECEIVER;
-        int mine = c->reading == READ_RECEIVER, waiter = c->reading == READ_WAITER;
-        c->rx_watching = !mine;
-        c->rx_kicked = 0;
-        pthread_mutex_unlock(&c->lock);
-        if (atomic_load(&c->dead))
-            return NULL;
-        struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | POLLRDHUP
-                                                                    : POLLRDHUP)},
-                               {.fd = c->rx_wake, .events = POLLIN}};
-        int rc = poll(pf, 2, mine ? 100 : 1000);
-        if (atomic_load(&c->dead))
-            return NULL;
-        if (rc < 0 && errno != EINTR)
-            break;
-        if (rc > 0 && (pf[1].revents & POLLIN)) {
-            uint64_t v;
-            (void)!read(c->rx_wake, &v, sizeof(v));
-        }
-        if (mine) {
-            if (rc > 0 && pf[0].revents && read_reply(c) < 0)
-                break;
-            check_deadlines(c, &last);
-            pthread_mutex_lock(&c->lock);
-            if (c->inflight == 0)
-                c->reading = READ_NONE; /* a synchronous call may read its own reply now */
-            pthread_mutex_unlock(&c->lock);
-        } else if (rc > 0 && pf[0].revents) {
-            /* the peer ended (or the socket failed): whoever reads sees it; if nobody does,
-             * take the reading over to see it ourselves */
-            pthread_mutex_lock(&c->lock);
-            if (c->reading == READ_NONE)
-                c->reading = READ_RECEIVER;
-            pthread_mutex_unlock(&c->lock);
-            if (waiter) {
-                struct pollfd w = {.fd = c->rx_wake, .events = POLLIN};
-                (void)!poll(&w, 1, 10);
-            }
-        }
-    }
-    conn_fail(c, PT_ERR_PEER_LOST);
-    return NULL;
-}
-
-/* A synchronous call's wait when it took the reading (READ_WAITER): read replies in this
- * thread until r has its outcome, then hand the reading back (to the receiver if more are
- * due). r may be finished and not yet published (the sender thread still letting go of it):
- * that last step wakes us through done as usual. */
-static pt_status_t wait_reading(pt_tcp_conn_t *c, pt_req_t *r)
-{
-    double last = pt__now(), spin = pt__spin_seconds();
-    int finished = 0;
-    while (!finished && !atomic_load(&c->dead)) {
-        /* poll briefly before blocking in recv: a reply within the spin time (a loopback or
-         * fast-link round trip) is taken without the sleep and wake-up (pt__relax gives the
-         * core away after a few microseconds, for an oversubscribed machine) */
-        for (double t0 = pt__now(), el = 0; el < spin; el = pt__now() - t0) {
-            struct pollfd pf = {.fd = c->fd, .events = POLLIN};
-            if (poll(&pf, 1, 0) != 0)
-                break;
-            pt__relax(el);
-        }
-        int rc = read_reply(c);
-        if (rc < 0) {
-            conn_fail(c, PT_ERR_PEER_LOST);
-            break;
-        }
-        check_deadlines(c, &last);
-        pthread_mutex_lock(&c->lock);
-        finished = r->finished;
-        pthread_mutex_unlock(&c->lock);
-    }
-    pthread_mutex_lock(&c->lock);
-    c->reading = READ_NONE;
-    r->self_read = 0; /* from now on we may sleep on done: publish must wake us */
-    if (c->inflight > 0)
-        kick_locked(c);
-    pthread_mutex_unlock(&c->lock);
-    return pt_req_wait(r, -1);
 }
 
 /* ---- connections ---- */
@@ -525,12 +238,12 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_c
     pthread_mutex_init(&c->send_lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     pthread_cond_init(&c->slot_cond, NULL);
-    if (pthread_create(&c->receiver, NULL, receiver_main, c) != 0) {
+    if (pthread_create(&c->receiver, NULL, pt__tcp_receiver_main, c) != 0) {
         st = PT_ERR_SYS;
         goto err_conn;
     }
     if (pthread_create(&c->sender, NULL, sender_main, c) != 0) {
-        conn_fail(c, PT_ERR_CLOSED);
+        pt__tcp_conn_fail(c, PT_ERR_CLOSED);
         pthread_join(c->receiver, NULL);
         st = PT_ERR_SYS;
         goto err_conn;
@@ -571,7 +284,7 @@ static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
         /* a failure before the handshake is over (refused, closed during HELLO/AUTH, timed
          * out) fails this call only: the peer may be restarting, or a crowd of connections
          * may have pushed ours out; the next call dials again. Only an established,
-         * authenticated connection that breaks marks the peer lost (fail_locked). */
+         * authenticated connection that breaks marks the peer lost (pt__tcp_fail_locked). */
         if (st == PT_OK) {
             nc->older = c;
             p->conn = c = nc;
@@ -627,10 +340,11 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
             *reader = 1;
             r->self_read = 1;
         } else {
-            kick_locked(c);
+            pt__tcp_kick_locked(c);
         }
     }
     size_t payload = r->op == PT_TCP_OP_PUT ? r->len
+                     : r->op == PT_TCP_OP_PUT_NOTIFY ? r->len + 8
                      : r->op == PT_TCP_OP_PUT_INDEXED ? r->n * (8 + r->itemsize) : 0;
     if (c->q_head || r->frames > 1 || payload > PT_TCP_INLINE_MAX) {
         if (c->q_tail)
@@ -651,8 +365,8 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     pthread_mutex_unlock(&c->send_lock);
     pthread_mutex_lock(&c->lock);
     if (rc < 0 && !atomic_load(&c->dead))
-        fail_locked(c, PT_ERR_PEER_LOST);
-    unbusy_locked(r);
+        pt__tcp_fail_locked(c, PT_ERR_PEER_LOST);
+    pt__tcp_unbusy_locked(r);
     pthread_mutex_unlock(&c->lock);
     return PT_OK;
 }
@@ -676,7 +390,7 @@ static pt_req_t *req_new(int op, int rank, uint64_t key, uint64_t off, void *buf
 /* Wait for a request submitted by a synchronous call, then drop it. */
 static pt_status_t wait_sync(pt_tcp_conn_t *c, int reader, pt_req_t *r, int64_t *old)
 {
-    pt_status_t st = reader ? wait_reading(c, r) : pt_req_wait(r, -1);
+    pt_status_t st = reader ? pt__tcp_wait_reading(c, r) : pt_req_wait(r, -1);
     if (old && st == PT_OK)
         *old = r->old;
     pt_req_release(r);
@@ -770,6 +484,50 @@ pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uin
     return wait_sync(c, reader, r, NULL);
 }
 
+pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                               const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                               int64_t v)
+{
+    pt_status_t st = check_peer(ctx, rank);
+    if (st != PT_OK)
+        return st;
+    if (len && !src)
+        return PT_ERR_INVALID;
+    pt_req_t *r = req_new(PT_TCP_OP_PUT_NOTIFY, rank, key, off, (void *)(uintptr_t)src, len);
+    if (!r)
+        return PT_ERR_NOMEM;
+    r->a = (int64_t)nkey;
+    r->b = (int64_t)noff;
+    pt__le_put(r->value, (uint64_t)v, 8);
+    pt_tcp_conn_t *c;
+    int reader;
+    if ((st = submit(ctx, rank, r, 1, &c, &reader)) != PT_OK) {
+        pt_req_release(r);
+        return st;
+    }
+    return wait_sync(c, reader, r, NULL);
+}
+
+pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                                 pt_req_t **out)
+{
+    pt_status_t st = check_peer(ctx, rank);
+    if (st != PT_OK)
+        return st;
+    pt_req_t *r = req_new(PT_TCP_OP_NOTIFY, rank, key, off, NULL, 8);
+    if (!r)
+        return PT_ERR_NOMEM;
+    r->a = v;
+    pt_tcp_conn_t *c;
+    int reader;
+    if ((st = submit(ctx, rank, r, 0, &c, &reader)) != PT_OK) {
+        pt_req_release(r);
+        return st;
+    }
+    *out = r;
+    return PT_OK;
+}
+
 pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank)
 {
     pt_tcp_conn_t *c;
@@ -802,8 +560,8 @@ pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int po
 
 static void conn_close(pt_tcp_conn_t *c)
 {
-    /* (a connection that is still up says BYE on its way out: see fail_locked) */
-    conn_fail(c, PT_ERR_CLOSED);
+    /* (a connection that is still up says BYE on its way out: see pt__tcp_fail_locked) */
+    pt__tcp_conn_fail(c, PT_ERR_CLOSED);
     pthread_join(c->sender, NULL);
     pthread_join(c->receiver, NULL);
     close(c->fd);

@@ -37,11 +37,25 @@
  *                target checks [off, off + a) for bounds and mode, every offset inside it, then
  *                writes. reply: status
  *   BYE          the client is closing on purpose (not a lost peer). No reply.
- * The target checks key, bounds and mode on every request (atomics: 8-byte aligned int64).
+ *   PUT_NOTIFY   a put, then a notify once its bytes are in memory: key, off: where the bytes
+ *                go; a = notify key, b = notify offset; len = 8 + n; payload: le64 value to
+ *                add, then the n bytes (n <= PT_TCP_CHUNK from clients). The target checks the
+ *                put range (key, bounds, write mode) and the counter (as NOTIFY: key, bounds,
+ *                write mode, a segment, 8-byte aligned) before writing anything; on a refusal
+ *                it reads and drops the bytes and changes nothing. reply: status, a = the
+ *                counter's old value. A transfer longer than one frame goes as PUT frames of
+ *                the same id with PUT_NOTIFY as its last frame: the server serves a connection
+ *                in order, so the earlier frames are in memory when the counter moves (a
+ *                refused earlier frame shows in the transfer's status; the last frame is
+ *                refused too when its range is, bounds and mode being the same for the whole
+ *                transfer).
+ * The target checks key, bounds and mode on every request (atomics, NOTIFY and PUT_NOTIFY's
+ * counter: 8-byte aligned int64).
  * A refusal is a reply with status PT_ERR_KEY / BOUNDS / MODE / ALIGN / INVALID; the
  * connection stays open. A malformed frame (bad magic, op, flags, length over the limit,
- * inconsistent PUT_INDEXED sizes, truncated frame, AUTH failure, request before AUTH) closes
- * the connection and is counted in pt_tcp_stats_t.bad_frames (auth_failures for AUTH).
+ * inconsistent PUT_INDEXED sizes, PUT_NOTIFY under 8 bytes, truncated frame, AUTH failure,
+ * request before AUTH) closes the connection and is counted in pt_tcp_stats_t.bad_frames
+ * (auth_failures for AUTH).
  * A server serves one connection's requests in order; a client may have many in flight and
  * matches replies by id (large transfers are split into frames of PT_TCP_CHUNK bytes, each a
  * request of its own sharing the transfer's id, told apart by off).
@@ -73,6 +87,7 @@ enum {
     PT_TCP_OP_NOTIFY = 20,
     PT_TCP_OP_PUT_INDEXED = 21,
     PT_TCP_OP_BYE = 22,
+    PT_TCP_OP_PUT_NOTIFY = 23,
 };
 
 /* Frame size for large transfers: big enough that per-frame costs (a header, a reply, a

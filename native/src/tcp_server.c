@@ -164,19 +164,65 @@ static int serve_put(serve_t *s, const pt_tcp_hdr_t *h)
     return reply(s, h, st, 0);
 }
 
+/* The int64 at (key, off) that an atomic or a notify changes (serve_lock held): in one of our
+ * segments (as over shared memory) and 8-byte aligned. */
+static pt_status_t counter(pt_ctx_t *ctx, uint64_t key, uint64_t off, uint8_t **ptr)
+{
+    int in_seg = 0;
+    pt_status_t st = local(ctx, key, off, 8, 1, ptr, &in_seg);
+    if (st == PT_OK && !in_seg)
+        st = PT_ERR_UNSUPPORTED;
+    if (st == PT_OK && ((uintptr_t)*ptr & 7))
+        st = PT_ERR_ALIGN;
+    return st;
+}
+
+/* Add v to the int64 at p and wake pt_wait_local on its low word (as rma.c's notify does). */
+static int64_t bump(uint8_t *p, int64_t v)
+{
+    int64_t old = atomic_fetch_add((_Atomic int64_t *)(uintptr_t)p, v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    pt__futex_wake((_Atomic uint32_t *)(uintptr_t)(p + 4), 1);
+#else
+    pt__futex_wake((_Atomic uint32_t *)(uintptr_t)p, 1);
+#endif
+    return old;
+}
+
+/* A put whose bytes are all in memory before the counter (a, b) moves (tcp_proto.h). Both
+ * targets are checked before anything is written: a refusal changes nothing. */
+static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
+{
+    pt_ctx_t *ctx = s->ctx;
+    uint8_t vb[8], *p = NULL, *ctr = NULL;
+    if (recv_bytes(s, vb, sizeof(vb)) < 0)
+        return -1;
+    uint64_t n = h->len - 8;
+    int64_t old = 0;
+    pthread_rwlock_rdlock(&ctx->serve_lock);
+    int in_seg;
+    pt_status_t st = local(ctx, h->key, h->off, (size_t)n, 1, &p, &in_seg);
+    if (st == PT_OK)
+        st = counter(ctx, (uint64_t)h->a, (uint64_t)h->b, &ctr);
+    int rc = st == PT_OK ? recv_bytes(s, p, (size_t)n) : discard(s, n);
+    if (rc == 0 && st == PT_OK)
+        old = bump(ctr, (int64_t)pt__le_get(vb, 8));
+    pthread_rwlock_unlock(&ctx->serve_lock);
+    if (rc < 0)
+        return -1;
+    return reply(s, h, st, old);
+}
+
 static int serve_atomic(serve_t *s, const pt_tcp_hdr_t *h)
 {
     pt_ctx_t *ctx = s->ctx;
     uint8_t *p = NULL;
     int64_t old = 0;
     pthread_rwlock_rdlock(&ctx->serve_lock);
-    int in_seg = 0;
-    pt_status_t st = local(ctx, h->key, h->off, 8, 1, &p, &in_seg);
-    if (st == PT_OK && !in_seg)
-        st = PT_ERR_UNSUPPORTED;
-    if (st == PT_OK && ((uintptr_t)p & 7))
-        st = PT_ERR_ALIGN;
-    if (st == PT_OK) {
+    pt_status_t st = counter(ctx, h->key, h->off, &p);
+    if (st == PT_OK && h->op == PT_TCP_OP_NOTIFY) {
+        old = bump(p, h->a);
+    } else if (st == PT_OK) {
         _Atomic int64_t *v = (_Atomic int64_t *)(uintptr_t)p;
         if (h->op == PT_TCP_OP_CSWAP) {
             int64_t e = h->a;
@@ -184,14 +230,6 @@ static int serve_atomic(serve_t *s, const pt_tcp_hdr_t *h)
             old = e;
         } else {
             old = atomic_fetch_add(v, h->a);
-        }
-        if (h->op == PT_TCP_OP_NOTIFY) {
-            /* wake pt_wait_local on the int64's low word (as rma.c's notify does) */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-            pt__futex_wake((_Atomic uint32_t *)(uintptr_t)(p + 4), 1);
-#else
-            pt__futex_wake((_Atomic uint32_t *)(uintptr_t)p, 1);
-#endif
         }
     }
     pthread_rwlock_unlock(&ctx->serve_lock);
@@ -317,6 +355,8 @@ static int valid_request(const pt_tcp_hdr_t *h)
     case PT_TCP_OP_PUT:
     case PT_TCP_OP_PUT_INDEXED:
         return h->len <= PT_TCP_MAX_PAYLOAD;
+    case PT_TCP_OP_PUT_NOTIFY:
+        return h->len >= 8 && h->len <= PT_TCP_MAX_PAYLOAD;
     case PT_TCP_OP_FETCH_ADD:
     case PT_TCP_OP_CSWAP:
     case PT_TCP_OP_NOTIFY:
@@ -375,6 +415,7 @@ static void *serve_main(void *arg)
         case PT_TCP_OP_GET: rc = serve_get(&s, &h); break;
         case PT_TCP_OP_PUT: rc = serve_put(&s, &h); break;
         case PT_TCP_OP_PUT_INDEXED: rc = serve_put_indexed(&s, &h); break;
+        case PT_TCP_OP_PUT_NOTIFY: rc = serve_put_notify(&s, &h); break;
         default: rc = serve_atomic(&s, &h); break;
         }
         if (rc < 0) {

@@ -182,8 +182,8 @@ class Fuzzer:
             frames.append(w.Frame(w.BYE, id=self._id()))
         elif ending < 0.10:
             f = frames[-1]
-            body = len(f.payload) if f.op in (w.PUT, w.PUT_INDEXED) and w.well_formed(f) \
-                and (f.op == w.PUT or w.indexed_sizes_ok(f)) else 0
+            body = len(f.payload) if f.op in (w.PUT, w.PUT_INDEXED, w.PUT_NOTIFY) and \
+                w.well_formed(f) and (f.op != w.PUT_INDEXED or w.indexed_sizes_ok(f)) else 0
             cut = rng.randint(1, w.HDR_LEN + body - 1)
         return self.run_frames(frames, cut=cut, half_close=ending > 0.97, rng=rng)
 

@@ -60,8 +60,8 @@ class Gen:
 
     def frame(self, rng, id_):
         """One request frame, hostile or not (the model decides what it must give)."""
-        op = rng.choices([w.GET, w.PUT, w.FETCH_ADD, w.CSWAP, w.NOTIFY, w.PUT_INDEXED, "bad"],
-                         [24, 22, 12, 10, 5, 14, 3])[0]
+        op = rng.choices([w.GET, w.PUT, w.FETCH_ADD, w.CSWAP, w.NOTIFY, w.PUT_INDEXED,
+                          w.PUT_NOTIFY, "bad"], [24, 22, 12, 10, 5, 14, 8, 3])[0]
         r = self.region(rng)
         f = w.Frame(w.GET, key=self.key(rng, r), id=id_ if rng.random() < 0.9 else _u64(rng))
         if op in (w.GET, w.PUT):
@@ -78,9 +78,21 @@ class Gen:
             f.a, f.b = _interesting_int(rng), _interesting_int(rng)
         elif op == w.PUT_INDEXED:
             self.indexed(rng, r, f)
+        elif op == w.PUT_NOTIFY:
+            f.op = op
+            n = rng.randint(0, 512) if rng.random() < 0.9 else self.length(rng, r)
+            f.off = self.offset(rng, r, min(n, r.len))
+            c = self.region(rng)
+            f.a = self.key(rng, c)
+            f.b = self.offset(rng, c, 8, align=8 if rng.random() < 0.85 else 1)
+            if n + 8 <= w.MAX_PAYLOAD:
+                f.payload = _interesting_int(rng).to_bytes(8, "little", signed=True) + \
+                    rng.randbytes(n)
+            f.len = n + 8 if rng.random() < 0.95 else rng.choice([0, 7])
         else:
             f.op = rng.choice([0, w.HELLO, w.AUTH, w.AUTH_OK, w.GET | w.REPLY, w.PUT | w.REPLY,
-                               w.BYE + 1, 0x7F, 0xFF, 0xFFFF, rng.getrandbits(16)])
+                               w.PUT_NOTIFY + 1, 0x7F, 0xFF, 0xFFFF,
+                               rng.getrandbits(16) | 0x100])   # (never a valid op)
             f.len = rng.choice([0, 32, 64])
         if rng.random() < 0.04:
             self.corrupt(rng, f)

@@ -23,11 +23,11 @@ MAC = 32
 REPLY = 0x80
 VERSION = 1
 HELLO, AUTH, AUTH_OK = 1, 2, 3
-GET, PUT, FETCH_ADD, CSWAP, NOTIFY, PUT_INDEXED, BYE = 16, 17, 18, 19, 20, 21, 22
+GET, PUT, FETCH_ADD, CSWAP, NOTIFY, PUT_INDEXED, BYE, PUT_NOTIFY = 16, 17, 18, 19, 20, 21, 22, 23
 ATOMICS = (FETCH_ADD, CSWAP, NOTIFY)
 OP_NAMES = {HELLO: "HELLO", AUTH: "AUTH", AUTH_OK: "AUTH_OK", GET: "GET", PUT: "PUT",
             FETCH_ADD: "FETCH_ADD", CSWAP: "CSWAP", NOTIFY: "NOTIFY",
-            PUT_INDEXED: "PUT_INDEXED", BYE: "BYE"}
+            PUT_INDEXED: "PUT_INDEXED", BYE: "BYE", PUT_NOTIFY: "PUT_NOTIFY"}
 MAX_PAYLOAD = 4 << 20
 MAX_REGS = 1024
 MAX_CONNS = 256
@@ -275,6 +275,8 @@ def well_formed(f):
         return f.len <= MAX_PAYLOAD
     if f.op in ATOMICS or f.op == BYE:
         return f.len == 0
+    if f.op == PUT_NOTIFY:
+        return 8 <= f.len <= MAX_PAYLOAD   # le64 value, then the bytes
     return False
 
 
@@ -304,11 +306,25 @@ class Model:
             return E_MODE, r
         return OK, r
 
+    def counter(self, key, off):
+        """(status, region) for the int64 an atomic or a notify changes."""
+        st, r = self.lookup(key, off & M64, 8, True)
+        if st == OK and not r.seg:
+            st = E_UNSUPPORTED     # atomics only in segments, as over shared memory
+        if st == OK and (r.align + (off & M64)) % 8:
+            st = E_ALIGN
+        return st, r
+
     def is_protected_write(self, f):
         """True when f would change the memory of a protected region (the generator then
         moves it out of bounds)."""
-        if not well_formed(f) or f.op not in (PUT, PUT_INDEXED) + ATOMICS:
+        if not well_formed(f) or f.op not in (PUT, PUT_INDEXED, PUT_NOTIFY) + ATOMICS:
             return False
+        if f.op == PUT_NOTIFY:
+            # nothing is written unless both the put and the counter pass their checks
+            st, r = self.lookup(f.key, f.off, f.len - 8, True)
+            st2, r2 = self.counter(f.a, f.b)
+            return st == OK and st2 == OK and (r.protected or r2.protected)
         if f.op == PUT_INDEXED:
             if not indexed_sizes_ok(f):
                 return False
@@ -340,6 +356,26 @@ class Model:
             if truncated:
                 return Outcome(close=True, bad=True)
             return Outcome(status=st)
+        if f.op == PUT_NOTIFY:
+            body = f.payload if sent_payload is None else sent_payload
+            if len(body) < 8:
+                return Outcome(close=True, bad=True)
+            st, r = self.lookup(f.key, f.off, f.len - 8, True)
+            if st == OK:
+                st, c = self.counter(f.a, f.b)
+            if st != OK:
+                return Outcome(close=True, bad=True) if truncated else Outcome(status=st, a=0)
+            if r.data is not None:
+                r.data[f.off:f.off + len(body) - 8] = body[8:]
+            if truncated:
+                return Outcome(close=True, bad=True)    # the counter does not move
+            if c.data is None:
+                return Outcome(status=OK, a=None)
+            o = f.b & M64
+            old = s64(int.from_bytes(c.data[o:o + 8], "little"))
+            new = s64(old + s64(int.from_bytes(body[:8], "little")))
+            c.data[o:o + 8] = (new & M64).to_bytes(8, "little")
+            return Outcome(status=OK, a=old)
         if f.op in ATOMICS:
             st, r = self.lookup(f.key, f.off, 8, True)
             if st == OK and not r.seg:
@@ -392,7 +428,7 @@ def check_reply(f, out, h, payload):
         bad.append(f"flags {h['flags']:#x}")
     if h["status"] != out.status:
         bad.append(f"status {h['status']}, expected {out.status}")
-    if out.a is not None and f.op in ATOMICS and h["a"] != out.a:
+    if out.a is not None and f.op in ATOMICS + (PUT_NOTIFY,) and h["a"] != out.a:
         bad.append(f"old value {h['a']}, expected {out.a}")
     if out.payload is not None and payload != out.payload:
         bad.append(f"payload of {len(payload)} bytes differs from the expected "

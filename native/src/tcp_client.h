@@ -1,0 +1,61 @@
+/* Private to the tcp initiator (tcp_client.c sends, tcp_recv.c reads replies and completes
+ * requests): a connection's state and the calls the two halves share. */
+#ifndef PT_TCP_CLIENT_H
+#define PT_TCP_CLIENT_H
+
+#include "tcp_proto.h"
+
+typedef struct pt_tcp_conn {
+    pt_ctx_t *ctx;
+    int rank, fd;
+    _Atomic int abort;          /* set once, when the connection fails */
+    _Atomic int dead;
+    pt_status_t fail;           /* what its requests failed with */
+    pthread_mutex_t lock;       /* slots, queue and the tcp fields of its requests */
+    pthread_cond_t cond;        /* queue not empty / dead (the sender waits on it) */
+    pthread_cond_t slot_cond;   /* a slot freed / dead (callers at PT_TCP_MAX_INFLIGHT) */
+    int slot_waiters;
+    pthread_mutex_t send_lock;  /* one frame at a time on the socket */
+    pt_req_t *slots[PT_TCP_MAX_INFLIGHT];
+    int inflight;
+    uint64_t next_id;
+    pt_req_t *q_head, *q_tail;  /* requests with frames still to send (sender thread) */
+    int reading;                /* who reads replies now: READ_NONE, READ_RECEIVER, READ_WAITER */
+    int rx_watching;            /* the receiver only watches for the peer's end */
+    int rx_kicked;              /* rx_wake written since the receiver last looked */
+    int rx_wake;                /* eventfd: the receiver must look at `reading` again */
+    pthread_t sender, receiver;
+    struct pt_tcp_conn *older;
+} pt_tcp_conn_t;
+
+typedef struct pt_tcp_peer {
+    char host[256];
+    int port;
+    pthread_mutex_t lock;       /* making a connection */
+    pt_tcp_conn_t *conn;        /* the current one (may have failed) */
+} pt_tcp_peer_t;
+
+/* Who reads the socket. A synchronous call that finds nobody reading reads its own reply
+ * (and any other that comes first) in its own thread: no hand-off, no wake-up. Otherwise the
+ * receiver thread reads while requests are in flight; with none, it only watches for the
+ * peer's end (POLLRDHUP), so replies to a reading caller never wake it. */
+enum { READ_NONE, READ_RECEIVER, READ_WAITER };
+
+
+/* Make the receiver look at `reading` again (lock held). */
+void pt__tcp_kick_locked(pt_tcp_conn_t *c);
+/* Decide a request's outcome (lock held): out of the table, published unless a thread is
+ * still moving its bytes (that thread publishes when it lets go). */
+void pt__tcp_finish_locked(pt_tcp_conn_t *c, pt_req_t *req, pt_status_t st);
+/* busy counts the threads moving a request's bytes (sender and receiver may both be). */
+void pt__tcp_unbusy_locked(pt_req_t *req);
+/* The connection fails: every request in it completes with st; no new ones are taken. */
+void pt__tcp_fail_locked(pt_tcp_conn_t *c, pt_status_t st);
+void pt__tcp_conn_fail(pt_tcp_conn_t *c, pt_status_t st);
+/* The receiver thread: reads replies while requests are in flight, else watches for the
+ * peer's end. */
+void *pt__tcp_receiver_main(void *arg);
+/* A synchronous call's wait when it took the reading (READ_WAITER). */
+pt_status_t pt__tcp_wait_reading(pt_tcp_conn_t *c, pt_req_t *r);
+
+#endif
