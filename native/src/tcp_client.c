@@ -1,7 +1,8 @@
 /* The tcp initiator: one connection per peer, made on first use, with many requests in flight.
  *
  * A request takes a slot in the connection's table (its id picks the slot) and is sent as one
- * or more frames: small ones by the calling thread when nothing is queued ahead, the rest by
+ * or more frames: small ones (and gets of a few frames, whose frames are headers only) by the
+ * calling thread when nothing is queued ahead, the rest by
  * the connection's sender thread, which takes one frame from each queued request in turn so a
  * small request never waits behind more than one chunk of a large one. The receiver thread
  * reads replies, matches them by id and receives get payloads straight into the caller's
@@ -79,6 +80,25 @@ static int send_next(pt_tcp_conn_t *c, pt_req_t *r)
         return -1;
     r->sent += step;
     return 0;
+}
+
+/* Write every frame of a get of at most PT_TCP_GET_INLINE_FRAMES frames in one system call
+ * (send_lock held; the caller marked it busy). Get frames are headers only. */
+static int send_get_all(pt_tcp_conn_t *c, pt_req_t *r)
+{
+    uint8_t hb[PT_TCP_GET_INLINE_FRAMES][PT_TCP_HDR];
+    struct iovec iov[PT_TCP_GET_INLINE_FRAMES];
+    int n = 0;
+    while (r->sent < r->len && n < PT_TCP_GET_INLINE_FRAMES) {
+        size_t step = r->len - r->sent < PT_TCP_CHUNK ? r->len - r->sent : PT_TCP_CHUNK;
+        pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_GET, .id = r->id,
+                          .key = r->key, .off = r->off + r->sent, .len = step};
+        pt__hdr_pack(&h, hb[n]);
+        iov[n] = (struct iovec){hb[n], PT_TCP_HDR};
+        n++;
+        r->sent += step;
+    }
+    return pt__tcp_sendv(c->fd, iov, n, -1, &c->abort);
 }
 
 static void *sender_main(void *arg)
@@ -346,7 +366,11 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     size_t payload = r->op == PT_TCP_OP_PUT ? r->len
                      : r->op == PT_TCP_OP_PUT_NOTIFY ? r->len + 8
                      : r->op == PT_TCP_OP_PUT_INDEXED ? r->n * (8 + r->itemsize) : 0;
-    if (c->q_head || r->frames > 1 || payload > PT_TCP_INLINE_MAX) {
+    /* a get of a few frames goes whole from here too: its frames are headers only, and the
+     * server answers them in order either way */
+    int get_all = r->op == PT_TCP_OP_GET && r->frames > 1 &&
+                  r->frames <= PT_TCP_GET_INLINE_FRAMES;
+    if (c->q_head || (r->frames > 1 && !get_all) || payload > PT_TCP_INLINE_MAX) {
         if (c->q_tail)
             c->q_tail->next = r;
         else
@@ -358,10 +382,10 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     }
     /* small and nothing queued: write it from this thread */
     r->busy++;
-    r->frames_sent = 1;
+    r->frames_sent = r->frames; /* counted before they go: replies may beat us back */
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->send_lock);
-    int rc = send_next(c, r);
+    int rc = get_all ? send_get_all(c, r) : send_next(c, r);
     pthread_mutex_unlock(&c->send_lock);
     pthread_mutex_lock(&c->lock);
     if (rc < 0 && !atomic_load(&c->dead))

@@ -73,6 +73,28 @@ int pt__tcp_recv(int fd, void *buf, size_t len, double deadline, _Atomic int *ab
     return rc;
 }
 
+int pt__tcp_recv_spin(int fd, void *buf, size_t len, double deadline, _Atomic int *abort)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    double spin = pt__spin_seconds(), t0 = pt__now();
+    while (done < len && spin > 0) {
+        ssize_t n = recv(fd, p + done, len - done, MSG_DONTWAIT);
+        if (n > 0) {
+            done += (size_t)n;
+            t0 = pt__now();
+            continue;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            break; /* (the blocking read below reports it) */
+        double el = pt__now() - t0;
+        if (el >= spin || slice_over(deadline, abort) < 0)
+            break;
+        pt__relax(el);
+    }
+    return done == len ? 0 : pt__tcp_recv(fd, p + done, len - done, deadline, abort, NULL);
+}
+
 int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int *abort)
 {
     while (n > 0) {

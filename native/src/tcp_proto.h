@@ -100,9 +100,14 @@ enum {
 /* Requests one client connection keeps in flight: enough to cover the bandwidth-delay product
  * of a fast link with 256 KiB frames several times over; bounds the client's request table. */
 #define PT_TCP_MAX_INFLIGHT 256
-/* Payloads up to this size are written by the calling thread when nothing is queued ahead of
- * them (one hand-off less for small requests); larger ones go through the sender thread. */
-#define PT_TCP_INLINE_MAX (64 * 1024)
+/* Payloads up to this size (one chunk; a put_notify's 8-byte value on top) are written by the
+ * calling thread when nothing is queued ahead of them (one hand-off less); larger ones go
+ * through the sender thread. A request queued meanwhile waits for at most one chunk, as it
+ * would behind the sender thread. */
+#define PT_TCP_INLINE_MAX (PT_TCP_CHUNK + 8)
+/* A get of up to this many frames is written whole by the calling thread when nothing is
+ * queued ahead of it (its frames are 64-byte headers: one system call, no hand-off). */
+#define PT_TCP_GET_INLINE_FRAMES 16
 /* Authenticated connections one server serves at once; more are closed (bounds server
  * threads). */
 #define PT_TCP_MAX_CONNS 256
@@ -181,6 +186,10 @@ void pt__tcp_mac(const pt_ctx_t *ctx, int server, const uint8_t *ns, const uint8
  * counts the bytes read before a failure: 0 tells an idle end of stream from a truncated one. */
 int pt__tcp_recv(int fd, void *buf, size_t len, double deadline, _Atomic int *abort,
                  size_t *got);
+/* pt__tcp_recv for a large payload: polls with non-blocking reads while bytes keep coming
+ * within the spin time (pt__spin_seconds), since one that arrives as many segments costs a
+ * sleep and wake-up for each otherwise; past the spin time without a byte it blocks. */
+int pt__tcp_recv_spin(int fd, void *buf, size_t len, double deadline, _Atomic int *abort);
 int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int *abort);
 int pt__tcp_random(void *buf, size_t len);
 /* Short send/receive timeouts on a connected socket, TCP_NODELAY, close-on-exec. */

@@ -149,8 +149,8 @@ static int on_reply(pt_tcp_conn_t *c, const pt_tcp_hdr_t *h)
         }
         r->busy++;
         pthread_mutex_unlock(&c->lock);
-        int rc = pt__tcp_recv(c->fd, (uint8_t *)r->buf + (h->off - r->off), (size_t)h->len,
-                              pt__now() + PT_TCP_IO_TIMEOUT, &c->abort, NULL);
+        int rc = pt__tcp_recv_spin(c->fd, (uint8_t *)r->buf + (h->off - r->off),
+                                   (size_t)h->len, pt__now() + PT_TCP_IO_TIMEOUT, &c->abort);
         pthread_mutex_lock(&c->lock);
         int gone = r->finished; /* failed meanwhile: the connection is going */
         pt__tcp_unbusy_locked(r);       /* (may free r when gone) */
