@@ -317,12 +317,7 @@ def plot_bandwidth_and_latency(path, title, series, latencies=None):
         ax.set_ylabel("microseconds")
         ax.set_title("8-byte latency")
         ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def plot_lines(path, title, panels, ncols=2):
@@ -339,24 +334,37 @@ def plot_lines(path, title, panels, ncols=2):
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {}   # one color per label across every panel
     for k, (ptitle, ylabel, series) in enumerate(panels):
-        ax = axes[k // ncols][k % ncols]
-        for label, (xs, ys) in series.items():
-            color = colors.setdefault(label, cycle[len(colors) % len(cycle)])
-            ax.plot(xs, ys, marker="o", markersize=3, label=label, color=color,
-                    linestyle="-" if "ours" in label else "--")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(ptitle, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        line_panel(axes[k // ncols][k % ncols], ptitle, ylabel, series, colors, cycle)
     for k in range(len(panels), nrows * ncols):
         axes[k // ncols][k % ncols].axis("off")
+    return save_figure(fig, path, title)
+
+
+def line_panel(ax, ptitle, ylabel, series, colors, cycle, xlabel="message size (bytes)"):
+    """Draw one log-log panel of {label: (sizes, ys)} on ax: size on a log2 x axis, a label
+    containing 'ours' solid and the others dashed. `colors` ({label: color}, filled from
+    `cycle` as new labels come) is shared by the panels of a figure so a label keeps its color."""
+    for label, (xs, ys) in series.items():
+        color = colors.setdefault(label, cycle[len(colors) % len(cycle)])
+        ax.plot(xs, ys, marker="o", markersize=3, label=label, color=color,
+                linestyle="-" if "ours" in label else "--")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(ptitle, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def save_figure(fig, path, title, dpi=110):
+    """Title, lay out and write fig to path (making its folder), then free it; returns path."""
+    import matplotlib.pyplot as plt
+
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 

@@ -91,16 +91,17 @@ def measure(a, MPI, win, mwin, shm, sizes, expect):
     Get, Put, Flush = mwin.Get, mwin.Put, mwin.Flush
     last = a.max_size - 64  # 8-byte puts go here, out of the way of the bytes checked
 
+    def flushed(op, buf, target):
+        """op(buf, 1, target) then Flush(1): one MPI RMA call completed at rank 1, the unit
+        timed against ours."""
+        def call():
+            op(buf, 1, target)
+            Flush(1)
+        return call
+
     out8, src8 = np.zeros(8, np.uint8), np.full(8, 5, np.uint8)
     o8, s8, t8g, t8p = [out8, B], [src8, B], (0, 8, B), (last, 8, B)
-
-    def mpi_get8():
-        Get(o8, 1, t8g)
-        Flush(1)
-
-    def mpi_put8():
-        Put(s8, 1, t8p)
-        Flush(1)
+    mpi_get8, mpi_put8 = flushed(Get, o8, t8g), flushed(Put, s8, t8p)
     say("latency")
     lat = common.latencies({
         "ours get": lambda: get(1, 0, out8), "mpi get": mpi_get8,
@@ -126,14 +127,7 @@ def measure(a, MPI, win, mwin, shm, sizes, expect):
         mdst = common.touch(np.empty(s, np.uint8), 0)
         c = min(s, a.chunk)
         parts = [(o, d[o:o + c]) for o in range(0, s, c)]
-
-        def mpi_get():
-            Get(md, 1, mt)
-            Flush(1)
-
-        def mpi_put():
-            Put(ms, 1, mt)
-            Flush(1)
+        mpi_get, mpi_put = flushed(Get, md, mt), flushed(Put, ms, mt)
 
         def ours_async():
             reqs = [win.get_async(1, o, v) for o, v in parts]

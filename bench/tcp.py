@@ -539,18 +539,9 @@ def plot(path, links, allreduce, sizes, title):
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {}
     for k, (ptitle, ylabel, series) in enumerate(panels):
-        ax = axes[k // 2][k % 2]
-        for label, (xs, ys) in series.items():
-            c = colors.setdefault(label, cycle[len(colors) % len(cycle)])
-            ax.plot(xs, ys, marker="o", markersize=3, label=label, color=c,
-                    linestyle="-" if label.startswith("ours") else "--")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("bytes")
-        ax.set_ylabel(ylabel)
-        ax.set_title(ptitle, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        # every label with "ours" in it starts with it, so common's solid/dashed rule holds
+        common.line_panel(axes[k // 2][k % 2], ptitle, ylabel, series, colors, cycle,
+                          xlabel="bytes")
     k = len(panels)
     if lat:
         ax = axes[k // 2][k % 2]
@@ -566,11 +557,7 @@ def plot(path, links, allreduce, sizes, title):
         k += 1
     for j in range(k, axes.size):
         axes[j // 2][j % 2].axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    common.save_figure(fig, path, title, dpi=100)
 
 
 def main(argv=None):

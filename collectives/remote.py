@@ -140,9 +140,6 @@ class RemoteWorld(LocalMemory):
         self._closed = False
 
     # -- what windows and the pool use ---------------------------------------------------------
-    def _route(self, rank):
-        pass
-
     def _lost(self):
         first = self._ctx.first_lost()
         rest = [r for r in range(1, self.size) if r != first and self._ctx.peer_lost(r)]

@@ -137,7 +137,6 @@ class Window:
             raise ValueError("window is closed")
         if not 0 <= rank < self.world.size:
             raise ValueError(f"rank {rank} out of range for a world of {self.world.size}")
-        self.world._route(rank)
         if offset < 0:
             raise RemoteAccessError("negative offset", rank=rank, offset=offset)
 

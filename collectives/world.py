@@ -126,10 +126,6 @@ class World(LocalMemory):
                 raise_native(e, rank=r, host=self.hosts[r],
                              what=f"tcp connection to {eps[r][0]}:{eps[r][1]}")
 
-    def _route(self, rank):
-        """Every transport in self.transports can carry one-sided operations."""
-        return self.transports[rank]
-
     def _lost(self):
         """Dead peers, the first one seen first (the likely cause of the others' exits)."""
         first = self._ctx.first_lost()

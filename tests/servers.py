@@ -84,6 +84,14 @@ class Lines:
         return "\n".join(self.all)
 
 
+def _popen(cmd, ns, env_extra, **pipes):
+    """Start cmd as a text-mode subprocess with the test environment, inside network
+    namespace `ns` when given (`ip netns exec` execs it, so the child's pid is cmd's own)."""
+    if ns is not None:
+        cmd = ["ip", "netns", "exec", ns, *cmd]
+    return subprocess.Popen(cmd, env=env(env_extra), text=True, **pipes)
+
+
 class ServerProc:
     """``python -m pooltensor serve`` in a subprocess (in namespace `ns` when given)."""
 
@@ -93,11 +101,8 @@ class ServerProc:
                "--listen", f"{host}:{port}", *extra]
         if secret_file is not None:
             cmd += ["--secret-file", secret_file]
-        if ns is not None:
-            cmd = ["ip", "netns", "exec", ns, *cmd]
-        self.proc = subprocess.Popen(cmd, env=env(env_extra), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
+        self.proc = _popen(cmd, ns, env_extra, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.log = Lines(self.proc.stderr)
         self.host = host
         self.port = self.data_port = None
@@ -148,11 +153,8 @@ class ClientProc:
 
     def __init__(self, script, *args, ns=None, env_extra=None):
         cmd = [sys.executable, str(SCRIPTS / script), *map(str, args)]
-        if ns is not None:
-            cmd = ["ip", "netns", "exec", ns, *cmd]
-        self.proc = subprocess.Popen(cmd, env=env(env_extra), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+        self.proc = _popen(cmd, ns, env_extra, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.out = Lines(self.proc.stdout)
 
     def send(self, line):

@@ -29,6 +29,20 @@ def _pool_copy(ref, placement):
 pytestmark = pytest.mark.timeout(240)
 
 
+def _basic_view(shape, dtype, data):
+    """An interleaved pool copy of a reference array and a view of both by a drawn index.
+
+    The index uses only basic indexing (ints, slices, None, Ellipsis), so the pool result is
+    a view of the pool array rather than a copy.
+    """
+    ref = ps.reference(shape, dtype)
+    x = pt.from_numpy(ref, placement="interleave")
+    idx = data.draw(ps.index_for(shape, invalid=False).filter(
+        lambda i: all(c is None or c is Ellipsis or isinstance(c, (int, slice))
+                      for c in (i if isinstance(i, tuple) else (i,)))))
+    return x, ref, x[idx], ref[idx]
+
+
 @PROPS
 @given(c=ps.case(), placement=st.sampled_from(PLACEMENTS), data=st.data())
 def test_getitem_matches_numpy(pool, c, placement, data):
@@ -70,12 +84,7 @@ def test_setitem_matches_numpy(pool, c, placement, data):
 @PROPS
 @given(shape=ps.SHAPES, dtype=st.sampled_from(ps.DTYPES), data=st.data())
 def test_view_assignment_and_transpose(pool, shape, dtype, data):
-    ref = ps.reference(shape, dtype)
-    x = pt.from_numpy(ref, placement="interleave")
-    idx = data.draw(ps.index_for(shape, invalid=False).filter(
-        lambda i: all(c is None or c is Ellipsis or isinstance(c, (int, slice))
-                      for c in (i if isinstance(i, tuple) else (i,)))))
-    v, rv = x[idx], ref[idx]
+    x, ref, v, rv = _basic_view(shape, dtype, data)
     if not isinstance(rv, np.ndarray):
         return
     ps.assert_same(v.T, rv.T)
@@ -233,12 +242,7 @@ def test_materialize_limit_and_zero_copy(pool):
 @PROPS
 @given(shape=ps.SHAPES, dtype=st.sampled_from(ps.DTYPES), data=st.data())
 def test_blocks_cover_the_view_in_c_order(pool, shape, dtype, data):
-    ref = ps.reference(shape, dtype)
-    x = pt.from_numpy(ref, placement="interleave")
-    idx = data.draw(ps.index_for(shape, invalid=False).filter(
-        lambda i: all(c is None or c is Ellipsis or isinstance(c, (int, slice))
-                      for c in (i if isinstance(i, tuple) else (i,)))))
-    v, rv = x[idx], ref[idx]
+    x, ref, v, rv = _basic_view(shape, dtype, data)
     if not isinstance(rv, np.ndarray):
         return
     got = list(v.blocks(with_index=True))

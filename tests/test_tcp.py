@@ -44,20 +44,31 @@ def test_sha256_and_hmac_match_python(n):
 
 # ---- one server context, one client context, in this process --------------------------------
 
+def _registrations(ctx):
+    """Give ctx a filled 8 MiB segment and register it three ways.
+
+    Returns (segment, its bytes as uint8 array, read-write key of the whole segment, read-only
+    key of its first 4096 bytes, a plain 64-byte array outside the segment, its read-write key).
+    The caller keeps the segment and the plain array alive while the keys are in use.
+    """
+    seg = _native.Segment(8 << 20)
+    ctx.add_segment(seg)
+    mem = np.frombuffer(seg, np.uint8)
+    mem[:] = np.arange(mem.size) % 251
+    key = ctx.register(mem, 3)
+    ro = ctx.register(mem[:4096], 1)
+    plain = np.zeros(64, np.uint8)
+    pkey = ctx.register(plain, 3)
+    return seg, mem, key, ro, plain, pkey
+
+
 @pytest.fixture
 def pair():
     """(server ctx, its segment as uint8 array, key, client ctx, read-only key, plain key)."""
     srv = _native.Context(0, 1, 1)
     srv.set_secret(SECRET)
     port = srv.listen("127.0.0.1", 0)
-    seg = _native.Segment(8 << 20)
-    srv.add_segment(seg)
-    mem = np.frombuffer(seg, np.uint8)
-    mem[:] = np.arange(mem.size) % 251
-    key = srv.register(mem, 3)
-    ro = srv.register(mem[:4096], 1)
-    plain = np.zeros(64, np.uint8)
-    pkey = srv.register(plain, 3)
+    seg, mem, key, ro, plain, pkey = _registrations(srv)
     cli = _native.Context(0, 2, 1)
     cli.set_secret(SECRET)
     cli.set_timeout(10)
@@ -239,14 +250,7 @@ def test_put_notify_refusals_over_tcp(pair):
 def shm_self():
     """A context of one rank reaching its own registrations (the shared-memory path)."""
     ctx = _native.Context(0, 1, 1)
-    seg = _native.Segment(8 << 20)
-    ctx.add_segment(seg)
-    mem = np.frombuffer(seg, np.uint8)
-    mem[:] = np.arange(mem.size) % 251
-    key = ctx.register(mem, 3)
-    ro = ctx.register(mem[:4096], 1)
-    plain = np.zeros(64, np.uint8)
-    pkey = ctx.register(plain, 3)
+    seg, mem, key, ro, plain, pkey = _registrations(ctx)
     yield ctx, mem, key, ro, pkey
     ctx.close()
 

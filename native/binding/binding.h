@@ -18,6 +18,31 @@ extern PyTypeObject ContextType;
 /* Set _native.Error(status, errno, text, who) and return NULL. */
 PyObject *pt_py_raise(pt_status_t st, int who);
 
+/* A status that no one peer is to blame for, as an exception; NULL. */
+static inline PyObject *raise_status(pt_status_t st) { return pt_py_raise(st, -1); }
+
+/* None for PT_OK, else the status as an exception (who: the peer to blame, or -1). */
+static inline PyObject *pt_py_none_or_raise(pt_status_t st, int who)
+{
+    if (st != PT_OK)
+        return pt_py_raise(st, who);
+    Py_RETURN_NONE;
+}
+
+/* ValueError("context is closed"); NULL. */
+static inline PyObject *pt_py_closed(void)
+{
+    PyErr_SetString(PyExc_ValueError, "context is closed");
+    return NULL;
+}
+
+/* In a method of ContextObject: return NULL with ValueError once the context is closed. */
+#define CTX(self)                                                                   \
+    do {                                                                            \
+        if (!(self)->ctx)                                                           \
+            return pt_py_closed();                                                  \
+    } while (0)
+
 int pt_py_add_kernels(PyObject *module);
 
 /* tcp_py.c: Context methods for the tcp transport, and module functions */

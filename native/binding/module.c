@@ -16,8 +16,6 @@ PyObject *pt_py_raise(pt_status_t st, int who)
     return NULL;
 }
 
-static PyObject *raise_status(pt_status_t st) { return pt_py_raise(st, -1); }
-
 /* ---------------- Segment ---------------- */
 
 typedef struct {
@@ -271,14 +269,6 @@ static void Context_dealloc(ContextObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-#define CTX(self)                                                                   \
-    do {                                                                            \
-        if (!(self)->ctx) {                                                         \
-            PyErr_SetString(PyExc_ValueError, "context is closed");                 \
-            return NULL;                                                            \
-        }                                                                           \
-    } while (0)
-
 static PyObject *Context_close(ContextObject *self, PyObject *unused)
 {
     if (self->ctx && self->attachments > 0) {
@@ -313,9 +303,7 @@ static PyObject *Context_connect(ContextObject *self, PyObject *args)
     CTX(self);
     a.ctrl_len = len;
     pt_status_t st = pt_ctx_connect(self->ctx, rank, &a);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 static PyObject *Context_peer_lost(ContextObject *self, PyObject *args)
@@ -362,9 +350,7 @@ static PyObject *Context_barrier(ContextObject *self, PyObject *args)
     st = pt_ctx_barrier(self->ctx, root, r, (int)n, timeout);
     Py_END_ALLOW_THREADS
     PyMem_Free(r);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 static PyObject *Context_add_segment(ContextObject *self, PyObject *args)
@@ -374,9 +360,7 @@ static PyObject *Context_add_segment(ContextObject *self, PyObject *args)
         return NULL;
     CTX(self);
     pt_status_t st = pt_ctx_add_segment(self->ctx, seg->seg);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 static PyObject *Context_remove_segment(ContextObject *self, PyObject *args)
@@ -390,9 +374,7 @@ static PyObject *Context_remove_segment(ContextObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     st = pt_ctx_remove_segment(self->ctx, seg->seg);
     Py_END_ALLOW_THREADS
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 static PyObject *Context_register(ContextObject *self, PyObject *args)
@@ -403,8 +385,7 @@ static PyObject *Context_register(ContextObject *self, PyObject *args)
         return NULL;
     if (!self->ctx) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "context is closed");
-        return NULL;
+        return pt_py_closed();
     }
     uint64_t key;
     pt_status_t st = pt_ctx_register(self->ctx, b.buf, (size_t)b.len, access, &key);
@@ -424,9 +405,7 @@ static PyObject *Context_deregister(ContextObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS            /* may wait for tcp requests in progress on it */
     st = pt_ctx_deregister(self->ctx, key);
     Py_END_ALLOW_THREADS
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 /* Transfers below this many bytes run with the GIL held: releasing it costs more. Not so
@@ -434,56 +413,50 @@ static PyObject *Context_deregister(ContextObject *self, PyObject *args)
 #define PT_GIL_THRESHOLD 8192
 #define HOLD_GIL(c, rank, len) ((len) < PT_GIL_THRESHOLD && pt_ctx_transport((c), (rank)) != 2)
 
-static PyObject *Context_get(ContextObject *self, PyObject *args)
+/* Runs CALL (which sets st) with the GIL held for a small transfer to a same-host peer,
+ * released otherwise. */
+#define CALL_MAYBE_RELEASED(c, rank, len, CALL)                                     \
+    do {                                                                            \
+        if (HOLD_GIL((c), (rank), (len))) {                                         \
+            CALL;                                                                   \
+        } else {                                                                    \
+            Py_BEGIN_ALLOW_THREADS                                                  \
+            CALL;                                                                   \
+            Py_END_ALLOW_THREADS                                                    \
+        }                                                                           \
+    } while (0)
+
+/* get (into a writable buffer) and put (from a readable one): the same call either way. */
+static PyObject *transfer(ContextObject *self, PyObject *args, int is_put)
 {
     int rank;
     unsigned long long key, off;
     Py_buffer b;
-    if (!PyArg_ParseTuple(args, "iKKw*", &rank, &key, &off, &b))
+    if (!PyArg_ParseTuple(args, is_put ? "iKKy*" : "iKKw*", &rank, &key, &off, &b))
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
-    if (self->ctx) {
-        if (HOLD_GIL(self->ctx, rank, b.len)) {
-            st = pt_get(self->ctx, rank, key, off, b.buf, (size_t)b.len);
-        } else {
-            Py_BEGIN_ALLOW_THREADS
-            st = pt_get(self->ctx, rank, key, off, b.buf, (size_t)b.len);
-            Py_END_ALLOW_THREADS
-        }
-    }
+    pt_ctx_t *c = self->ctx;
+    if (c)
+        CALL_MAYBE_RELEASED(c, rank, b.len,
+                            st = is_put ? pt_put(c, rank, key, off, b.buf, (size_t)b.len)
+                                        : pt_get(c, rank, key, off, b.buf, (size_t)b.len));
     PyBuffer_Release(&b);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
+}
+
+static PyObject *Context_get(ContextObject *self, PyObject *args)
+{
+    return transfer(self, args, 0);
 }
 
 static PyObject *Context_put(ContextObject *self, PyObject *args)
 {
-    int rank;
-    unsigned long long key, off;
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "iKKy*", &rank, &key, &off, &b))
-        return NULL;
-    pt_status_t st = PT_ERR_CLOSED;
-    if (self->ctx) {
-        if (HOLD_GIL(self->ctx, rank, b.len)) {
-            st = pt_put(self->ctx, rank, key, off, b.buf, (size_t)b.len);
-        } else {
-            Py_BEGIN_ALLOW_THREADS
-            st = pt_put(self->ctx, rank, key, off, b.buf, (size_t)b.len);
-            Py_END_ALLOW_THREADS
-        }
-    }
-    PyBuffer_Release(&b);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return transfer(self, args, 1);
 }
 
-static PyObject *submit_async(ContextObject *self, PyObject *args, int is_put)
+/* A Request with nothing in flight yet (finished, so dealloc waits for nothing). */
+static RequestObject *new_request(void)
 {
-    int rank;
-    unsigned long long key, off;
     RequestObject *r = PyObject_New(RequestObject, &RequestType);
     if (!r)
         return NULL;
@@ -491,6 +464,27 @@ static PyObject *submit_async(ContextObject *self, PyObject *args, int is_put)
     r->has_buf = 0;
     r->finished = 1;
     r->status = PT_OK;
+    return r;
+}
+
+/* r once its submit returned st: in flight, or dropped with the status raised. */
+static PyObject *request_started(RequestObject *r, pt_status_t st)
+{
+    if (st != PT_OK) {
+        Py_DECREF(r);
+        return raise_status(st);
+    }
+    r->finished = 0;
+    return (PyObject *)r;
+}
+
+static PyObject *submit_async(ContextObject *self, PyObject *args, int is_put)
+{
+    int rank;
+    unsigned long long key, off;
+    RequestObject *r = new_request();
+    if (!r)
+        return NULL;
     if (!PyArg_ParseTuple(args, is_put ? "iKKy*" : "iKKw*", &rank, &key, &off, &r->buf)) {
         Py_DECREF(r);
         return NULL;
@@ -498,8 +492,7 @@ static PyObject *submit_async(ContextObject *self, PyObject *args, int is_put)
     r->has_buf = 1;
     if (!self->ctx) {
         Py_DECREF(r);
-        PyErr_SetString(PyExc_ValueError, "context is closed");
-        return NULL;
+        return pt_py_closed();
     }
     pt_ctx_t *c = self->ctx;
     pt_status_t st;
@@ -510,12 +503,7 @@ static PyObject *submit_async(ContextObject *self, PyObject *args, int is_put)
                 : pt_get_async(c, rank, key, off, r->buf.buf, (size_t)r->buf.len, &r->req);
     if (ts)
         PyEval_RestoreThread(ts);
-    if (st != PT_OK) {
-        Py_DECREF(r);
-        return raise_status(st);
-    }
-    r->finished = 0;
-    return (PyObject *)r;
+    return request_started(r, st);
 }
 
 static PyObject *Context_get_async(ContextObject *self, PyObject *args)
@@ -528,50 +516,34 @@ static PyObject *Context_put_async(ContextObject *self, PyObject *args)
     return submit_async(self, args, 1);
 }
 
-static PyObject *Context_fetch_add(ContextObject *self, PyObject *args)
+/* fetch_add (add a) and compare_swap (a expected, b new): an int64 atomic, its old value back. */
+static PyObject *atomic_op(ContextObject *self, PyObject *args, int cas)
 {
     int rank;
     unsigned long long key, off;
-    long long v;
-    if (!PyArg_ParseTuple(args, "iKKL", &rank, &key, &off, &v))
+    long long a, b = 0;
+    if (!PyArg_ParseTuple(args, cas ? "iKKLL" : "iKKL", &rank, &key, &off, &a, &b))
         return NULL;
     CTX(self);
     int64_t old;
     pt_status_t st;
     pt_ctx_t *c = self->ctx;
-    if (HOLD_GIL(c, rank, 0)) {
-        st = pt_fetch_add(c, rank, key, off, v, &old);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        st = pt_fetch_add(c, rank, key, off, v, &old);
-        Py_END_ALLOW_THREADS
-    }
+    CALL_MAYBE_RELEASED(c, rank, 0,
+                        st = cas ? pt_compare_swap(c, rank, key, off, a, b, &old)
+                                 : pt_fetch_add(c, rank, key, off, a, &old));
     if (st != PT_OK)
         return raise_status(st);
     return PyLong_FromLongLong(old);
 }
 
+static PyObject *Context_fetch_add(ContextObject *self, PyObject *args)
+{
+    return atomic_op(self, args, 0);
+}
+
 static PyObject *Context_compare_swap(ContextObject *self, PyObject *args)
 {
-    int rank;
-    unsigned long long key, off;
-    long long e, d;
-    if (!PyArg_ParseTuple(args, "iKKLL", &rank, &key, &off, &e, &d))
-        return NULL;
-    CTX(self);
-    int64_t old;
-    pt_status_t st;
-    pt_ctx_t *c = self->ctx;
-    if (HOLD_GIL(c, rank, 0)) {
-        st = pt_compare_swap(c, rank, key, off, e, d, &old);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        st = pt_compare_swap(c, rank, key, off, e, d, &old);
-        Py_END_ALLOW_THREADS
-    }
-    if (st != PT_OK)
-        return raise_status(st);
-    return PyLong_FromLongLong(old);
+    return atomic_op(self, args, 1);
 }
 
 static PyObject *Context_attach(ContextObject *self, PyObject *args)
@@ -625,12 +597,11 @@ static PyObject *Context_put_indexed(ContextObject *self, PyObject *args)
     }
     PyBuffer_Release(&offs);
     PyBuffer_Release(&src);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
-static PyObject *Context_notify(ContextObject *self, PyObject *args)
+/* notify and notify_async: the same add-and-wake, waited for or handed back as a Request. */
+static PyObject *notify_op(ContextObject *self, PyObject *args, int async)
 {
     int rank;
     unsigned long long key, off;
@@ -638,18 +609,20 @@ static PyObject *Context_notify(ContextObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "iKKL", &rank, &key, &off, &v))
         return NULL;
     CTX(self);
-    pt_status_t st;
+    RequestObject *r = NULL;
+    if (async && !(r = new_request()))
+        return NULL;
     pt_ctx_t *c = self->ctx;
-    if (HOLD_GIL(c, rank, 0)) {
-        st = pt_notify(c, rank, key, off, v);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        st = pt_notify(c, rank, key, off, v);
-        Py_END_ALLOW_THREADS
-    }
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    pt_status_t st;
+    CALL_MAYBE_RELEASED(c, rank, 0,
+                        st = async ? pt_notify_async(c, rank, key, off, v, &r->req)
+                                   : pt_notify(c, rank, key, off, v));
+    return async ? request_started(r, st) : pt_py_none_or_raise(st, -1);
+}
+
+static PyObject *Context_notify(ContextObject *self, PyObject *args)
+{
+    return notify_op(self, args, 0);
 }
 
 static PyObject *Context_put_notify(ContextObject *self, PyObject *args)
@@ -661,52 +634,18 @@ static PyObject *Context_put_notify(ContextObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "iKKy*KKL", &rank, &key, &off, &b, &nkey, &noff, &v))
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
-    if (self->ctx) {
-        pt_ctx_t *c = self->ctx;
-        if (HOLD_GIL(c, rank, b.len)) {
-            st = pt_put_notify(c, rank, key, off, b.buf, (size_t)b.len, nkey, noff, v);
-        } else {
-            Py_BEGIN_ALLOW_THREADS
-            st = pt_put_notify(c, rank, key, off, b.buf, (size_t)b.len, nkey, noff, v);
-            Py_END_ALLOW_THREADS
-        }
-    }
+    pt_ctx_t *c = self->ctx;
+    if (c)
+        CALL_MAYBE_RELEASED(
+            c, rank, b.len,
+            st = pt_put_notify(c, rank, key, off, b.buf, (size_t)b.len, nkey, noff, v));
     PyBuffer_Release(&b);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 static PyObject *Context_notify_async(ContextObject *self, PyObject *args)
 {
-    int rank;
-    unsigned long long key, off;
-    long long v;
-    if (!PyArg_ParseTuple(args, "iKKL", &rank, &key, &off, &v))
-        return NULL;
-    CTX(self);
-    RequestObject *r = PyObject_New(RequestObject, &RequestType);
-    if (!r)
-        return NULL;
-    r->req = NULL;
-    r->has_buf = 0;
-    r->finished = 1;
-    r->status = PT_OK;
-    pt_ctx_t *c = self->ctx;
-    pt_status_t st;
-    if (HOLD_GIL(c, rank, 0)) {
-        st = pt_notify_async(c, rank, key, off, v, &r->req);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        st = pt_notify_async(c, rank, key, off, v, &r->req);
-        Py_END_ALLOW_THREADS
-    }
-    if (st != PT_OK) {
-        Py_DECREF(r);
-        return raise_status(st);
-    }
-    r->finished = 0;
-    return (PyObject *)r;
+    return notify_op(self, args, 1);
 }
 
 static PyObject *Context_wait_local(ContextObject *self, PyObject *args)
@@ -732,9 +671,7 @@ static PyObject *Context_wait_local(ContextObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&b);
-    if (st != PT_OK)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 static PyMethodDef Context_methods[] = {

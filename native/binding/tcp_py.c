@@ -1,16 +1,6 @@
 /* The tcp methods of Context (listed in module.c's method table) and the HMAC helper. */
 #include "binding.h"
 
-static PyObject *raise_st(pt_status_t st) { return pt_py_raise(st, -1); }
-
-#define CTX_OPEN(self)                                                              \
-    do {                                                                            \
-        if (!(self)->ctx) {                                                         \
-            PyErr_SetString(PyExc_ValueError, "context is closed");                 \
-            return NULL;                                                            \
-        }                                                                           \
-    } while (0)
-
 PyObject *pt_py_set_secret(ContextObject *self, PyObject *args)
 {
     Py_buffer b;
@@ -18,8 +8,7 @@ PyObject *pt_py_set_secret(ContextObject *self, PyObject *args)
         return NULL;
     if (!self->ctx) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "context is closed");
-        return NULL;
+        return pt_py_closed();
     }
     if (b.len < 16) {
         PyBuffer_Release(&b);
@@ -28,9 +17,7 @@ PyObject *pt_py_set_secret(ContextObject *self, PyObject *args)
     }
     pt_status_t st = pt_ctx_set_secret(self->ctx, b.buf, (size_t)b.len);
     PyBuffer_Release(&b);
-    if (st != PT_OK)
-        return raise_st(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 PyObject *pt_py_set_timeout(ContextObject *self, PyObject *args)
@@ -38,15 +25,13 @@ PyObject *pt_py_set_timeout(ContextObject *self, PyObject *args)
     double t;
     if (!PyArg_ParseTuple(args, "d", &t))
         return NULL;
-    CTX_OPEN(self);
+    CTX(self);
     if (!(t > 0)) {
         PyErr_SetString(PyExc_ValueError, "timeout must be positive");
         return NULL;
     }
     pt_status_t st = pt_ctx_set_timeout(self->ctx, t);
-    if (st != PT_OK)
-        return raise_st(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 PyObject *pt_py_listen(ContextObject *self, PyObject *args)
@@ -55,7 +40,7 @@ PyObject *pt_py_listen(ContextObject *self, PyObject *args)
     int port;
     if (!PyArg_ParseTuple(args, "si", &host, &port))
         return NULL;
-    CTX_OPEN(self);
+    CTX(self);
     if (port < 0 || port > 65535) {
         PyErr_Format(PyExc_ValueError, "port %d outside 0..65535", port);
         return NULL;
@@ -67,7 +52,7 @@ PyObject *pt_py_listen(ContextObject *self, PyObject *args)
     st = pt_ctx_listen(c, host, port, &bound);
     Py_END_ALLOW_THREADS
     if (st != PT_OK)
-        return raise_st(st);
+        return raise_status(st);
     return PyLong_FromLong(bound);
 }
 
@@ -77,11 +62,9 @@ PyObject *pt_py_connect_tcp(ContextObject *self, PyObject *args)
     const char *host;
     if (!PyArg_ParseTuple(args, "isi", &rank, &host, &port))
         return NULL;
-    CTX_OPEN(self);
+    CTX(self);
     pt_status_t st = pt_ctx_connect_tcp(self->ctx, rank, host, port);
-    if (st != PT_OK)
-        return raise_st(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 PyObject *pt_py_tcp_open(ContextObject *self, PyObject *args)
@@ -89,20 +72,18 @@ PyObject *pt_py_tcp_open(ContextObject *self, PyObject *args)
     int rank;
     if (!PyArg_ParseTuple(args, "i", &rank))
         return NULL;
-    CTX_OPEN(self);
+    CTX(self);
     pt_status_t st;
     pt_ctx_t *c = self->ctx;
     Py_BEGIN_ALLOW_THREADS
     st = pt_ctx_tcp_open(c, rank);
     Py_END_ALLOW_THREADS
-    if (st != PT_OK)
-        return raise_st(st);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, -1);
 }
 
 PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused)
 {
-    CTX_OPEN(self);
+    CTX(self);
     pt_tcp_stats_t s;
     pt_ctx_tcp_stats(self->ctx, &s);
     return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
@@ -120,7 +101,7 @@ PyObject *pt_py_transport(ContextObject *self, PyObject *args)
     int rank;
     if (!PyArg_ParseTuple(args, "i", &rank))
         return NULL;
-    CTX_OPEN(self);
+    CTX(self);
     static const char *names[] = {"none", "shm", "tcp"};
     return PyUnicode_FromString(names[pt_ctx_transport(self->ctx, rank)]);
 }

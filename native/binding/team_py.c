@@ -1,8 +1,6 @@
 /* The Team binding: same-host collectives (native/src/team.c), GIL released around each call. */
 #include "binding.h"
 
-static PyObject *raise_st(pt_status_t st) { return pt_py_raise(st, -1); }
-
 /* ---------------- Team ---------------- */
 
 typedef struct {
@@ -21,7 +19,7 @@ static int Team_init(TeamObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTuple(args, "O!OOni", &ContextType, &ctx, &ranks, &keys, &slot, &nslots))
         return -1;
     if (!ctx->ctx) {
-        PyErr_SetString(PyExc_ValueError, "context is closed");
+        pt_py_closed();
         return -1;
     }
     Py_ssize_t n = PySequence_Length(ranks);
@@ -50,7 +48,7 @@ static int Team_init(TeamObject *self, PyObject *args, PyObject *kw)
     }
     pt_status_t st = pt_team_create(ctx->ctx, r, (int)n, k, (size_t)slot, nslots, &self->team);
     if (st != PT_OK) {
-        raise_st(st);
+        raise_status(st);
         goto out;
     }
     Py_INCREF(ctx);
@@ -89,9 +87,7 @@ static PyObject *Team_barrier(TeamObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     st = pt_team_barrier(self->team, timeout, &who);
     Py_END_ALLOW_THREADS
-    if (st != PT_OK)
-        return pt_py_raise(st, who);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, who);
 }
 
 static int two_buffers(PyObject *a, PyObject *b, Py_buffer *in, Py_buffer *out, size_t need_in,
@@ -112,6 +108,18 @@ static int two_buffers(PyObject *a, PyObject *b, Py_buffer *in, Py_buffer *out, 
     return 0;
 }
 
+/* A reduction's buffers: count items of dtype dt out, parts times as many in. */
+static int reduction_buffers(PyObject *a, PyObject *b, int dt, Py_ssize_t count, int parts,
+                             Py_buffer *in, Py_buffer *out)
+{
+    if (dt < 0 || dt >= PT_NDTYPES || count < 0) {
+        raise_status(PT_ERR_INVALID);
+        return -1;
+    }
+    size_t nb = (size_t)count * pt_dtype_size((pt_dtype_t)dt);
+    return two_buffers(a, b, in, out, nb * (size_t)parts, nb);
+}
+
 static PyObject *Team_allreduce(TeamObject *self, PyObject *args)
 {
     int op, dt, algo;
@@ -122,11 +130,8 @@ static PyObject *Team_allreduce(TeamObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "iiOOniKd", &op, &dt, &a, &b, &count, &algo, &sig, &timeout))
         return NULL;
     TEAM(self);
-    if (dt < 0 || dt >= PT_NDTYPES || count < 0)
-        return raise_st(PT_ERR_INVALID);
     Py_buffer in, out;
-    size_t nb = (size_t)count * pt_dtype_size((pt_dtype_t)dt);
-    if (two_buffers(a, b, &in, &out, nb, nb) < 0)
+    if (reduction_buffers(a, b, dt, count, 1, &in, &out) < 0)
         return NULL;
     int who = -1;
     pt_status_t st;
@@ -136,9 +141,7 @@ static PyObject *Team_allreduce(TeamObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
-    if (st != PT_OK)
-        return pt_py_raise(st, who);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, who);
 }
 
 static PyObject *Team_reduce_scatter(TeamObject *self, PyObject *args)
@@ -151,11 +154,8 @@ static PyObject *Team_reduce_scatter(TeamObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "iiOOnKd", &op, &dt, &a, &b, &count, &sig, &timeout))
         return NULL;
     TEAM(self);
-    if (dt < 0 || dt >= PT_NDTYPES || count < 0)
-        return raise_st(PT_ERR_INVALID);
     Py_buffer in, out;
-    size_t nb = (size_t)count * pt_dtype_size((pt_dtype_t)dt);
-    if (two_buffers(a, b, &in, &out, nb * (size_t)self->n, nb) < 0)
+    if (reduction_buffers(a, b, dt, count, self->n, &in, &out) < 0)
         return NULL;
     int who = -1;
     pt_status_t st;
@@ -165,9 +165,7 @@ static PyObject *Team_reduce_scatter(TeamObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
-    if (st != PT_OK)
-        return pt_py_raise(st, who);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, who);
 }
 
 static PyObject *Team_allgather(TeamObject *self, PyObject *args)
@@ -180,7 +178,7 @@ static PyObject *Team_allgather(TeamObject *self, PyObject *args)
         return NULL;
     TEAM(self);
     if (nbytes < 0)
-        return raise_st(PT_ERR_INVALID);
+        return raise_status(PT_ERR_INVALID);
     Py_buffer in, out;
     if (two_buffers(a, b, &in, &out, (size_t)nbytes, (size_t)nbytes * (size_t)self->n) < 0)
         return NULL;
@@ -191,9 +189,7 @@ static PyObject *Team_allgather(TeamObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
-    if (st != PT_OK)
-        return pt_py_raise(st, who);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, who);
 }
 
 static PyObject *Team_broadcast(TeamObject *self, PyObject *args)
@@ -220,9 +216,7 @@ static PyObject *Team_broadcast(TeamObject *self, PyObject *args)
     st = pt_team_broadcast(self->team, root, b.buf, (size_t)nbytes, sig, timeout, &who);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&b);
-    if (st != PT_OK)
-        return pt_py_raise(st, who);
-    Py_RETURN_NONE;
+    return pt_py_none_or_raise(st, who);
 }
 
 static PyMethodDef Team_methods[] = {

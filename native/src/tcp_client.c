@@ -428,6 +428,26 @@ static pt_status_t check_peer(pt_ctx_t *ctx, int rank)
     return PT_OK;
 }
 
+/* Send r to rank. async_out: hand r back there in flight; else wait for it (old_out, if
+ * given, receives an atomic's old value). r is released on every path but the asynchronous
+ * success. */
+static pt_status_t issue(pt_ctx_t *ctx, int rank, pt_req_t *r, pt_req_t **async_out,
+                         int64_t *old_out)
+{
+    pt_tcp_conn_t *c = NULL;
+    int reader = 0;
+    pt_status_t st = submit(ctx, rank, r, !async_out, &c, &reader);
+    if (st != PT_OK) {
+        pt_req_release(r);
+        return st;
+    }
+    if (async_out) {
+        *async_out = r;
+        return PT_OK;
+    }
+    return wait_sync(c, reader, r, old_out);
+}
+
 pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t off, void *buf,
                        size_t len, pt_req_t **async_out)
 {
@@ -439,18 +459,7 @@ pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t 
     pt_req_t *r = req_new(put ? PT_TCP_OP_PUT : PT_TCP_OP_GET, rank, key, off, buf, len);
     if (!r)
         return PT_ERR_NOMEM;
-    pt_tcp_conn_t *c;
-    int reader;
-    st = submit(ctx, rank, r, !async_out, &c, &reader);
-    if (st != PT_OK) {
-        pt_req_release(r);
-        return st;
-    }
-    if (async_out) {
-        *async_out = r;
-        return PT_OK;
-    }
-    return wait_sync(c, reader, r, NULL);
+    return issue(ctx, rank, r, async_out, NULL);
 }
 
 pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64_t off,
@@ -464,13 +473,7 @@ pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64
         return PT_ERR_NOMEM;
     r->a = a;
     r->b = b;
-    pt_tcp_conn_t *c;
-    int reader;
-    if ((st = submit(ctx, rank, r, 1, &c, &reader)) != PT_OK) {
-        pt_req_release(r);
-        return st;
-    }
-    return wait_sync(c, reader, r, old_out);
+    return issue(ctx, rank, r, NULL, old_out);
 }
 
 pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
@@ -499,13 +502,7 @@ pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uin
     r->itemsize = itemsize;
     r->lo = lo;
     r->span = hi - lo + itemsize;
-    pt_tcp_conn_t *c;
-    int reader;
-    if ((st = submit(ctx, rank, r, 1, &c, &reader)) != PT_OK) {
-        pt_req_release(r);
-        return st;
-    }
-    return wait_sync(c, reader, r, NULL);
+    return issue(ctx, rank, r, NULL, NULL);
 }
 
 pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
@@ -523,13 +520,7 @@ pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t o
     r->a = (int64_t)nkey;
     r->b = (int64_t)noff;
     pt__le_put(r->value, (uint64_t)v, 8);
-    pt_tcp_conn_t *c;
-    int reader;
-    if ((st = submit(ctx, rank, r, 1, &c, &reader)) != PT_OK) {
-        pt_req_release(r);
-        return st;
-    }
-    return wait_sync(c, reader, r, NULL);
+    return issue(ctx, rank, r, NULL, NULL);
 }
 
 pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
@@ -542,14 +533,7 @@ pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
     if (!r)
         return PT_ERR_NOMEM;
     r->a = v;
-    pt_tcp_conn_t *c;
-    int reader;
-    if ((st = submit(ctx, rank, r, 0, &c, &reader)) != PT_OK) {
-        pt_req_release(r);
-        return st;
-    }
-    *out = r;
-    return PT_OK;
+    return issue(ctx, rank, r, out, NULL);
 }
 
 pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank)

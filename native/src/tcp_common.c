@@ -42,6 +42,19 @@ static int slice_over(double deadline, _Atomic int *abort)
     return 0;
 }
 
+/* After a failed recv/send (errno set): 1 to try again (interrupted, or a timeout slice with
+ * time left); 0 to give up, a reset connection reported as EPIPE. */
+static int retry_io(double deadline, _Atomic int *abort)
+{
+    if (errno == EINTR)
+        return 1;
+    if ((errno == EAGAIN || errno == EWOULDBLOCK) && slice_over(deadline, abort) == 0)
+        return 1;
+    if (errno == ECONNRESET)
+        errno = EPIPE;
+    return 0;
+}
+
 int pt__tcp_recv(int fd, void *buf, size_t len, double deadline, _Atomic int *abort,
                  size_t *got)
 {
@@ -59,12 +72,8 @@ int pt__tcp_recv(int fd, void *buf, size_t len, double deadline, _Atomic int *ab
             rc = -1;
             break;
         }
-        if (errno == EINTR)
+        if (retry_io(deadline, abort))
             continue;
-        if ((errno == EAGAIN || errno == EWOULDBLOCK) && slice_over(deadline, abort) == 0)
-            continue;
-        if (errno == ECONNRESET)
-            errno = EPIPE;
         rc = -1;
         break;
     }
@@ -108,12 +117,8 @@ int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int
         m.msg_iovlen = (size_t)n;
         ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
         if (w < 0) {
-            if (errno == EINTR)
+            if (retry_io(deadline, abort))
                 continue;
-            if ((errno == EAGAIN || errno == EWOULDBLOCK) && slice_over(deadline, abort) == 0)
-                continue;
-            if (errno == ECONNRESET)
-                errno = EPIPE;
             return -1;
         }
         size_t left = (size_t)w;

@@ -142,19 +142,12 @@ static int serve_get(serve_t *s, const pt_tcp_hdr_t *h)
     pthread_rwlock_rdlock(&ctx->serve_lock);
     int in_seg;
     pt_status_t st = local(ctx, h->key, h->off, (size_t)h->len, 0, &p, &in_seg);
-    int rc;
-    if (st == PT_OK) {
-        pt_tcp_hdr_t r = *h;
-        r.op = (uint16_t)(h->op | PT_TCP_REPLY);
-        r.status = 0;
-        rc = send_frame(s, &r, p, (size_t)h->len);
-    } else {
-        pt_tcp_hdr_t r = *h;
-        r.op = (uint16_t)(h->op | PT_TCP_REPLY);
-        r.status = (uint32_t)st;
+    pt_tcp_hdr_t r = *h;       /* the bytes asked for, or the status and no payload */
+    r.op = (uint16_t)(h->op | PT_TCP_REPLY);
+    r.status = (uint32_t)st;
+    if (st != PT_OK)
         r.len = 0;
-        rc = send_frame(s, &r, NULL, 0);
-    }
+    int rc = send_frame(s, &r, st == PT_OK ? p : NULL, (size_t)r.len);
     pthread_rwlock_unlock(&ctx->serve_lock);
     return rc;
 }
