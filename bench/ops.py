@@ -44,7 +44,7 @@ sys.path.remove(HERE)
 sys.path.append(os.path.dirname(HERE))
 
 import pooltensor as pt  # noqa: E402
-from pooltensor.runtime import _launched  # noqa: E402
+from pooltensor.pool.runtime import _launched  # noqa: E402
 
 OPS = {"ew": 4, "sum": 1}      # arrays' worth of bytes each operation moves
 

@@ -16,14 +16,16 @@ This module is also the Array API namespace of pool arrays (``x.__array_namespac
 """
 __version__ = "0.1.0"
 
+import sys as _sys  # noqa: E402
+
 from . import random  # noqa: E402
 from .array import ndarray  # noqa: E402
 from .creation import (arange, asarray, empty, from_numpy, full, linspace, ones,  # noqa: E402
                        zeros)
 from .errors import (FallbackWarning, MaterializeTooLarge, PerformanceWarning,  # noqa: E402
                      PoolClosed, PoolOutOfMemory)
-from .pool import Pool  # noqa: E402
-from .runtime import current, finalize, init, sync  # noqa: E402
+from .pool import Pool, placement  # noqa: E402
+from .pool.runtime import current, finalize, init, sync  # noqa: E402
 
 # -- the Array API namespace (x.__array_namespace__() is this module) ---------------------------
 from . import namespace as _ns  # noqa: E402
@@ -55,3 +57,6 @@ __all__ = ["init", "finalize", "sync", "current", "stats", "Pool", "ndarray", "z
            "PerformanceWarning", "__array_api_version__"]
 __all__ += _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _ns.CREATION
 __all__ += _OPS
+
+# Module paths users wrote before the package was cut into rooms keep importing.
+_sys.modules.setdefault(__name__ + ".placement", placement)

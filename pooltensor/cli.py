@@ -40,7 +40,7 @@ def main(argv=None):
         p.print_help(sys.stderr)
         return 2
     if args.command == "serve":
-        from .serve import parse_bytes, serve
+        from .pool.serve import parse_bytes, serve
         try:
             memory = parse_bytes(args.memory)
         except ValueError as e:

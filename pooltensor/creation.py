@@ -16,7 +16,7 @@ import numpy as np
 
 from . import transfer
 from .array import _check_dtype, ndarray
-from .runtime import current
+from .pool.runtime import current
 
 
 def _shape(shape):

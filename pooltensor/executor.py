@@ -68,8 +68,8 @@ def new_like(shape, dtype, like=None, access=None):
     blockwise computation find their operand on their own member. access defaults to
     'private' when `like` is private, else 'readwrite'."""
     from .creation import _check_dtype, _shape, empty
-    from .placement import Explicit
-    from .runtime import current
+    from .pool.placement import Explicit
+    from .pool.runtime import current
     shape = _shape(shape)
     dtype = _check_dtype(dtype)
     if access is None:
@@ -571,7 +571,7 @@ def local_blocks(x):
 # -- collectives over ranks ------------------------------------------------------------------------
 
 def _world_of_pool():
-    from .runtime import current
+    from .pool.runtime import current
     pool = current()
     return pool, (pool.spmd and pool.size > 1)
 

@@ -113,7 +113,7 @@ def placement_like(x, shape, dtype, to_x=None):
     pool array x holds the element the slab's first element corresponds to (to_x maps index
     arrays of the new array to x's; default: the same index), so whoever computes a slab of
     the result finds its input at home. None where there is nothing to line up."""
-    from .placement import Explicit
+    from .pool.placement import Explicit
     pool = x._a.pool
     n = 1
     for d in shape:

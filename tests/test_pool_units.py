@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pooltensor import indexing, placement
-from pooltensor.alloc import SlabAllocator
+from pooltensor.pool.alloc import SlabAllocator
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,26 +12,7 @@ import os
 
 from collectives import remote
 
-from . import placement as _placement
-
-
-def plan(policy, nslabs, free):
-    """Per-slab homes for a client pool: the policy applied to the servers (members 1..k);
-    member 0, this process, holds nothing."""
-    if isinstance(policy, getattr(_placement, "Explicit", ())):   # lined up with an operand
-        return _placement.plan(policy, nslabs, free, 0)
-    if isinstance(policy, tuple):
-        if 0 in policy:
-            raise ValueError("member 0 is this process, which contributes no memory to a pool "
-                             "on memory servers: name servers (members 1.."
-                             f"{len(free) - 1})")
-        return _placement.plan(policy, nslabs, free, 0)
-    if policy == "local":
-        raise ValueError("placement='local' means this process, which contributes no memory "
-                         "to a pool on memory servers: use 'block', 'interleave', 'balanced' "
-                         "or a list of servers (members 1..{})".format(len(free) - 1))
-    return [m + 1 for m in _placement.plan(policy, nslabs, free[1:], 0)]
-
+from .pool import Pool
 
 def connect_from_env():
     """The servers named by $POOLTENSOR_CONNECT (comma-separated host:port), or None."""
@@ -41,7 +22,6 @@ def connect_from_env():
 
 def start(connect, *, secret_file=None, memory=None, timeout=None, **kw):
     """Connect to the servers and build the client Pool on them."""
-    from .pool import Pool
     world = remote.connect(connect, secret_file=secret_file, memory=memory, timeout=timeout)
     try:
         return Pool(world, role="client", memory=0, owns_world=True, **kw)

@@ -10,6 +10,7 @@ import threading
 
 import collectives
 
+from . import client, spawn
 from .pool import DEFAULT_SLAB, Pool, check_slab_size
 
 _pool = None
@@ -51,14 +52,13 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
     $POOLTENSOR_CONNECT, comma-separated): a plain script's pool whose slabs all live on the
     servers; ``memory`` is then the bytes asked of each server (default: all it has free) and
     ``secret_file`` the servers' secret (default $POOLTENSOR_SECRET_FILE, else the file
-    ``pooltensor serve`` makes by default). See pooltensor.client.
+    ``pooltensor serve`` makes by default). See pooltensor.pool.client.
     """
     global _pool
     with _init_lock:
         args = dict(members=members, slab_size=slab_size, cache_bytes=cache_bytes,
                     memory=memory, materialize_limit=materialize_limit,
                     advanced_limit=advanced_limit, attach=attach)
-        from . import client
         if connect is None and members is None and not _launched():
             connect = client.connect_from_env()
         if _pool is not None and not _pool.closed:
@@ -100,13 +100,12 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
             if n == 1:
                 pool = Pool(collectives.init(timeout), role="plain", **kw)
             else:
-                from . import member
-                procs, world = member.start(n, slab_size=slab_size or DEFAULT_SLAB,
+                procs, world = spawn.start(n, slab_size=slab_size or DEFAULT_SLAB,
                                             memory=memory, timeout=timeout)
                 try:
                     pool = Pool(world, role="plain", procs=procs, owns_world=True, **kw)
                 except BaseException:
-                    member.kill(procs)
+                    spawn.kill(procs)
                     raise
         _pool = pool
         atexit.unregister(finalize)

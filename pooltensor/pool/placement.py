@@ -141,3 +141,21 @@ def spill(homes, free, allowed):
             spare[dest] -= 1
             over[m] -= 1
     return out
+
+
+def plan_servers(policy, nslabs, free):
+    """Per-slab homes for a client pool: the policy applied to the servers (members 1..k);
+    member 0, this process, holds nothing."""
+    if isinstance(policy, Explicit):   # lined up with an operand
+        return plan(policy, nslabs, free, 0)
+    if isinstance(policy, tuple):
+        if 0 in policy:
+            raise ValueError("member 0 is this process, which contributes no memory to a pool "
+                             "on memory servers: name servers (members 1.."
+                             f"{len(free) - 1})")
+        return plan(policy, nslabs, free, 0)
+    if policy == "local":
+        raise ValueError("placement='local' means this process, which contributes no memory "
+                         "to a pool on memory servers: use 'block', 'interleave', 'balanced' "
+                         "or a list of servers (members 1..{})".format(len(free) - 1))
+    return [m + 1 for m in plan(policy, nslabs, free[1:], 0)]

@@ -1,27 +1,18 @@
-"""Member processes of a plain script's pool: ``python -m pooltensor.member CONFIG``.
+"""Starting and stopping a plain script's member processes (the script's side).
 
-``pooltensor.init(members=N)`` in a plain script starts N-1 of these. They join a world with
-the script through the usual bootstrap (POOLTENSOR_RANK / WORLD_SIZE / COORDINATOR, the
-script being rank 0 and serving the rendezvous), expose their heaps exactly as the script's
-Pool does, and then only wait: the native engine serves every get and put into their memory
-without their Python. Their one job after start-up is lifecycle:
-
-- the script's finalize() (also run at its exit) signals each member through a one-sided
-  notify on a small control window; the member leaves the world and exits;
-- if the script dies instead (crash, SIGKILL), the member's wait fails with PeerLost (the
-  native monitor watches the script's process), its parent-death signal fires, and a periodic
-  parent check catches the rest: nothing is left running. Their memory is memfd-backed, so
-  nothing is left in /dev/shm either.
+``pooltensor.init(members=N)`` starts N-1 processes running ``python -m pooltensor.pool.member``
+(see member.py for their side of the lifecycle). They join a world with the script through the
+usual bootstrap (POOLTENSOR_RANK / WORLD_SIZE / COORDINATOR, the script being rank 0 and serving
+the rendezvous). This module knows nothing of the Pool, so the Pool can stop its members
+without importing the module that builds a Pool in the member.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import collectives
-from collectives.errors import PeerLost, Timeout
 
 ENV_PARENT = "POOLTENSOR_MEMBER_PARENT"
 _BOOT_VARS = ("POOLTENSOR_RANK", "POOLTENSOR_WORLD_SIZE", "POOLTENSOR_COORDINATOR",
@@ -31,9 +22,9 @@ _MPI_VARS = ("PMI_", "OMPI_", "PMIX_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "HY
 
 def _import_path():
     """Folders that make pooltensor and collectives importable in a child process."""
-    import pooltensor
-    here = [os.path.dirname(os.path.dirname(os.path.abspath(p)))
-            for p in (pooltensor.__file__, collectives.__file__)]
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # pooltensor/
+    here = [os.path.dirname(package),
+            os.path.dirname(os.path.dirname(os.path.abspath(collectives.__file__)))]
     old = os.environ.get("PYTHONPATH", "")
     parts = []
     for p in here + (old.split(os.pathsep) if old else []):
@@ -56,7 +47,7 @@ def start(n, *, slab_size, memory, timeout=None):
     try:
         for r in range(1, n):
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pooltensor.member", cfg], stdin=subprocess.DEVNULL,
+                [sys.executable, "-m", "pooltensor.pool.member", cfg], stdin=subprocess.DEVNULL,
                 env=dict(env, POOLTENSOR_RANK=str(r), POOLTENSOR_LOCAL_RANK=str(r),
                          POOLTENSOR_LOCAL_SIZE=str(n))))
         w = collectives.world.current()
@@ -115,48 +106,3 @@ def kill(procs):
             p.wait(5.0)
         except subprocess.TimeoutExpired:
             pass
-
-
-def _die_with_parent(parent):
-    """Linux: SIGKILL this process when its parent (the script) dies."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
-    if parent and os.getppid() != parent:
-        os._exit(0)                           # the script is already gone
-
-
-def main(argv=None):
-    """Entry point of a member process (started by pooltensor.init(members=N))."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m pooltensor.member CONFIG (started by "
-                         "pooltensor.init(members=N), not by hand)\n")
-        return 2
-    cfg = json.loads(argv[0])
-    parent = int(os.environ.get(ENV_PARENT, "0"))
-    _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the script's: it stops us
-    from .pool import Pool
-    world = collectives.init(cfg.get("timeout"))
-    pool = Pool(world, role="member", slab_size=cfg["slab_size"], memory=cfg["memory"],
-                cache_bytes=1 << 20)
-    while True:
-        try:
-            pool.win_ctl.wait_local(0, 1, watch=0, timeout=1.0)
-            break                             # the script said stop
-        except Timeout:
-            if parent and os.getppid() != parent:
-                os._exit(0)
-        except PeerLost:
-            os._exit(0)
-    pool.closed = True
-    collectives.finalize()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -40,9 +40,10 @@ import numpy as np
 import collectives
 
 from . import placement as _placement
+from . import spawn
 from .alloc import SlabAllocator
-from .cache import SlabCache
-from .errors import PoolClosed, PoolOutOfMemory
+from ..cache import SlabCache
+from ..errors import PoolClosed, PoolOutOfMemory
 
 ACCESS = {"readwrite": "rw", "readonly": "ro", "private": "pv"}
 MODE_NAME = {v: k for k, v in ACCESS.items()}
@@ -256,8 +257,7 @@ class Pool:
                         "each rank), a member list, or access='private' for this rank alone")
                 free = [self.nslabs[m] - self._used[m] for m in range(self.size)]
                 if self.role == "client":
-                    from .client import plan as client_plan
-                    homes = client_plan(policy, n, free)
+                    homes = _placement.plan_servers(policy, n, free)
                 else:
                     homes = _placement.plan(policy, n, free, self.me)
                 allowed = policy if isinstance(policy, tuple) else range(self.size)
@@ -468,8 +468,7 @@ class Pool:
                     self.win_ctl.notify(m, 0, 1)
                 except Exception:
                     pass
-            from . import member
-            member.stop(self._procs, world)
+            spawn.stop(self._procs, world)
             return
         if getattr(sys, "last_value", None) is not None and self.spmd and self.size > 1:
             return     # exiting on an uncaught error: the other ranks may not be closing
