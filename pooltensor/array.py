@@ -11,7 +11,8 @@ Where an element lives: byte b of the array's allocation is in slab b // slab_si
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import indexing, prefetch, transfer
+from . import indexing
+from .cache import layout, prefetch, transfer
 from .errors import MaterializeTooLarge
 
 CHUNK = 64 << 20      # bytes moved at a time when one pool array is assigned to another
@@ -107,7 +108,7 @@ class ndarray(NDArrayOperatorsMixin):
 
     def slabs(self):
         """Indices of the allocation's slabs this view touches (sorted list)."""
-        return indexing.slabs_of(self._off, self._shape, self._strides, self.itemsize,
+        return layout.slabs_of(self._off, self._shape, self._strides, self.itemsize,
                                  self._a.pool.slab_size)
 
     def where(self):
@@ -216,7 +217,7 @@ class ndarray(NDArrayOperatorsMixin):
 
     def reshape_flat(self):
         """A 1-D view of a C-contiguous array (ValueError otherwise)."""
-        if not indexing.contiguous(self._shape, self._strides, self.itemsize):
+        if not layout.contiguous(self._shape, self._strides, self.itemsize):
             raise ValueError("reshape_flat needs a C-contiguous array")
         return ndarray(self._a, self._off, (self.size,), (self.itemsize,), self._dtype)
 
@@ -252,7 +253,7 @@ class ndarray(NDArrayOperatorsMixin):
         if self.size == 0:
             return None
         S = pool.slab_size
-        lo, hi = indexing.extent(self._off, self._shape, self._strides, self.itemsize)
+        lo, hi = layout.extent(self._off, self._shape, self._strides, self.itemsize)
         k = lo // S
         if (hi - 1) // S != k or a.members[k] != pool.me:
             return None
@@ -361,7 +362,7 @@ class ndarray(NDArrayOperatorsMixin):
         idx = _as_index(index)
         if indexing.is_basic(idx):
             d, shape, strides = indexing.basic(self._shape, self._strides, self._dtype, idx)
-            ks = indexing.slabs_of(self._off + d, shape, strides, self.itemsize,
+            ks = layout.slabs_of(self._off + d, shape, strides, self.itemsize,
                                    pool.slab_size)
         else:
             offs = np.asarray(indexing.advanced(self._shape, self._strides, idx)) + self._off
@@ -379,7 +380,7 @@ class ndarray(NDArrayOperatorsMixin):
         self._check()
         pool = self._a.pool
         depth = prefetch.limit(pool) if depth is None else int(depth)
-        if indexing.contiguous(self._shape, self._strides, self.itemsize):
+        if layout.contiguous(self._shape, self._strides, self.itemsize):
             gen = self._contig_blocks(depth)
         else:
             gen = self._chunk_blocks(depth)

@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from . import transfer
+from .cache import transfer
 from .array import _check_dtype, ndarray
 from .pool.runtime import current
 

@@ -26,8 +26,8 @@ import numpy as np
 
 import collectives
 
-from . import prefetch, transfer
-from .indexing import contiguous, extent
+from .cache import prefetch, transfer
+from .cache.layout import contiguous, extent
 
 BLOCK_BYTES = 4 << 20     # largest unit of local slabs: numpy's passes stay in the CPU caches
 

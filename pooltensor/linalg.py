@@ -26,7 +26,8 @@ import weakref
 
 import numpy as np
 
-from . import reducer, tiles, transfer
+from . import reducer, tiles
+from .cache import transfer
 from .array import ndarray
 from .reducer import Job, _wide
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of

@@ -19,7 +19,8 @@ import builtins
 
 import numpy as np
 
-from . import indexing, tiles, transfer
+from . import tiles
+from .cache import layout, transfer
 from .array import ndarray
 
 _NoValue = np._NoValue
@@ -373,11 +374,11 @@ def _flat_view(x, order_free):
     whose bytes are contiguous (a transpose, reversed axes) qualifies."""
     if x.ndim == 0:
         return None
-    if indexing.contiguous(x.shape, x.strides, x.itemsize):
+    if layout.contiguous(x.shape, x.strides, x.itemsize):
         return ndarray(x._a, x._off, (x.size,), (x.itemsize,), x.dtype)
     if order_free:
-        off, shape, strides, _, _ = indexing.normalize(x._off, x.shape, x.strides)
-        if indexing.contiguous(shape, strides, x.itemsize):
+        off, shape, strides, _, _ = layout.normalize(x._off, x.shape, x.strides)
+        if layout.contiguous(shape, strides, x.itemsize):
             return ndarray(x._a, off, (x.size,), (x.itemsize,), x.dtype)
     return None
 

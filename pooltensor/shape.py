@@ -22,7 +22,8 @@ import operator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import tiles, transfer
+from . import tiles
+from .cache import layout, transfer
 from .array import ndarray
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
@@ -143,9 +144,8 @@ def _order(a, order):
     if order not in ("C", "F", "A", "K", None):
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
     if order in ("A", "K"):
-        from . import indexing
-        c = indexing.contiguous(a.shape, a.strides, a.itemsize)
-        f = indexing.contiguous(a.shape[::-1], a.strides[::-1], a.itemsize)
+        c = layout.contiguous(a.shape, a.strides, a.itemsize)
+        f = layout.contiguous(a.shape[::-1], a.strides[::-1], a.itemsize)
         return "F" if f and not c else "C"
     return order or "C"
 
@@ -192,12 +192,11 @@ def flatten(a, order="C"):
 
 
 def _ravel(a, order, copy):
-    from . import indexing
     if order not in ("C", "F", "A", "K"):
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
     it = a.itemsize
-    c = a.size == 0 or indexing.contiguous(a.shape, a.strides, it)
-    f = a.size == 0 or indexing.contiguous(a.shape[::-1], a.strides[::-1], it)
+    c = a.size == 0 or layout.contiguous(a.shape, a.strides, it)
+    f = a.size == 0 or layout.contiguous(a.shape[::-1], a.strides[::-1], it)
     if order == "A":
         order = "F" if f and not c else "C"
     if order == "K":
@@ -209,7 +208,7 @@ def _ravel(a, order, copy):
             perm = sorted(range(a.ndim), key=lambda i: -abs(a.strides[i]))
             y = transpose(a, perm)
             if not copy and all(st > 0 for st in a.strides) and \
-                    indexing.contiguous(y.shape, y.strides, it):
+                    layout.contiguous(y.shape, y.strides, it):
                 return reshape(y, (-1,))
             return reshape(copy_c(y), (-1,))
     if order == "F":

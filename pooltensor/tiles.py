@@ -21,7 +21,7 @@ import numpy as np
 
 import collectives
 
-from . import indexing, prefetch, transfer
+from .cache import layout, prefetch, transfer
 
 TILE_SLABS = 4          # a tile is about this many slabs (bounded by the cache: see target())
 RUN_BYTES = 16 << 20    # longest run of local slabs reduced in one numpy call (flat path)
@@ -96,7 +96,7 @@ def view_of(x, starts, stops):
 def owner(x, starts, stops):
     """The member that homes the lowest byte of the tile."""
     off, shape, strides = view_of(x, starts, stops)
-    lo = indexing.extent(off, shape, strides, x.itemsize)[0]
+    lo = layout.extent(off, shape, strides, x.itemsize)[0]
     return x._a.members[lo // x._a.pool.slab_size]
 
 
@@ -152,7 +152,7 @@ def local_view(a, off, shape, strides, dtype):
     lie in one run of consecutive slots of this member (or of a member mapped here); else None."""
     pool = a.pool
     S = pool.slab_size
-    lo, hi = indexing.extent(off, shape, strides, dtype.itemsize)
+    lo, hi = layout.extent(off, shape, strides, dtype.itemsize)
     k0, k1 = lo // S, (hi - 1) // S
     m = a.members[k0]
     if m == pool.me:
@@ -188,7 +188,7 @@ def hint(x, starts, stops):
     """Start fetching the remote slabs of a tile (the one after the current)."""
     off, shape, strides = view_of(x, starts, stops)
     a = x._a
-    ks = indexing.slabs_of(off, shape, strides, x.itemsize, a.pool.slab_size)
+    ks = layout.slabs_of(off, shape, strides, x.itemsize, a.pool.slab_size)
     prefetch.issue_many(a.pool, a, ks)
 
 

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pooltensor import indexing, placement
+from pooltensor import placement
+from pooltensor.cache import layout
 from pooltensor.pool.alloc import SlabAllocator
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,11 +102,11 @@ def test_decompose_covers_exactly_the_view(v):
     want = np.zeros(view.shape, np.int64) + off
     for d, (n, s) in enumerate(zip(view.shape, view.strides)):
         want = want + (np.arange(n) * s).reshape([-1 if i == d else 1 for i in range(view.ndim)])
-    noff, nshape, nstrides, order, flips = indexing.normalize(off, view.shape, view.strides)
+    noff, nshape, nstrides, order, flips = layout.normalize(off, view.shape, view.strides)
     target = np.full(view.shape, -1, np.int64)
-    cn = indexing.counterpart(target, view.shape, order, flips)
-    for p in indexing.decompose(noff, nshape, nstrides, itemsize, slab):
-        if p[0] == indexing.SLAB:
+    cn = layout.counterpart(target, view.shape, order, flips)
+    for p in layout.decompose(noff, nshape, nstrides, itemsize, slab):
+        if p[0] == layout.SLAB:
             _, k, o, sh, st_, sel = p
             got = np.zeros(sh, np.int64) + k * slab + o
             for d, (n, s) in enumerate(zip(sh, st_)):

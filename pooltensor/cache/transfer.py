@@ -1,6 +1,6 @@
 """Moving elements between pool slabs and numpy arrays, one slab piece at a time.
 
-A view is cut into slab pieces (indexing.decompose); each piece is one numpy copy between a
+A view is cut into slab pieces (layout.decompose); each piece is one numpy copy between a
 slab's bytes and the matching block of the numpy array, so Python runs per slab, never per
 element or byte. A slab's bytes are: a view of this member's own heap (no copy), or the
 frame of a cached copy of a remote slab (faulted in with one Window.get when missing).
@@ -15,7 +15,8 @@ touched range in one call (read-modify-write is safe when nobody else writes).
 import numpy as np
 
 from . import prefetch
-from .indexing import SLAB, contiguous, counterpart, decompose, extent, normalize
+from .fault import fetch
+from .layout import SLAB, contiguous, counterpart, decompose, extent, group_by_slab, normalize
 
 
 def slab_read(pool, alloc, k):
@@ -49,29 +50,6 @@ def slab_entry(pool, alloc, k):
         return e
     cache.misses += 1
     return fetch(pool, alloc.heap, m, slot, alloc.slab_len(k))
-
-
-def fetch(pool, heap, m, slot, nbytes, asynchronous=False):
-    """Copy remote slab (heap, m, slot) into a new cache entry (started only, if asynchronous).
-
-    For a read-write slab the home's version is read first, then the bytes: a write that
-    lands in between makes the copy look older than it is, never newer."""
-    cache = pool.cache
-    frame = cache.frame()
-    version = pool.version(m, slot) if (pool.coherent and heap == "rw") else 0
-    win = pool.read_win[heap]
-    off = slot * pool.slab_size
-    try:
-        if asynchronous:
-            req = win.get_async(m, off, frame[:nbytes])
-        else:
-            win.get(m, off, frame[:nbytes])
-            req = None
-    except BaseException:
-        cache._free.append(frame)
-        raise
-    cache.bytes_fetched += nbytes
-    return cache.insert((heap, m, slot), frame, version, req, asynchronous)
 
 
 # -- reads ---------------------------------------------------------------------------------
@@ -151,7 +129,6 @@ def gather(pool, alloc, offsets, dtype, out):
     flat_off = offsets.reshape(-1)
     res = out.reshape(-1)
     S = pool.slab_size
-    from .indexing import group_by_slab
     for k, pos, within in group_by_slab(flat_off, S):
         typed = slab_read(pool, alloc, k).view(dtype)
         res[pos] = typed[within // dtype.itemsize]
@@ -265,7 +242,6 @@ def _put_runs(win, m, base, sh, st, it, v):
 
 def scatter(pool, alloc, offsets, dtype, vals):
     """Element at byte offsets.flat[i] = vals.flat[i] (advanced indexing writes)."""
-    from .indexing import group_by_slab
     S = pool.slab_size
     it = dtype.itemsize
     heap = alloc.heap

@@ -16,6 +16,8 @@ completes them while Python goes on. A read that finds an entry still in flight 
 wasted. Explicit hints (``x.prefetch(index)``, ``x.blocks()``) go through issue() directly.
 """
 
+from .fault import fetch
+
 
 class Stream:
     """Per-array detector state."""
@@ -79,7 +81,6 @@ def issue(pool, alloc, k):
     key = (alloc.heap, m, alloc.slots[k])
     if key in pool.cache.entries:
         return False
-    from .transfer import fetch
     fetch(pool, alloc.heap, m, alloc.slots[k], alloc.slab_len(k), asynchronous=True)
     pool.cache.prefetch_issued += 1
     return True
