@@ -18,9 +18,9 @@ __version__ = "0.1.0"
 
 import sys as _sys  # noqa: E402
 
-from . import random  # noqa: E402
-from .array import ndarray  # noqa: E402
-from .creation import (arange, asarray, empty, from_numpy, full, linspace, ones,  # noqa: E402
+from .array import random  # noqa: E402
+from .array.array import ndarray  # noqa: E402
+from .array.creation import (arange, asarray, empty, from_numpy, full, linspace, ones,  # noqa: E402
                        zeros)
 from .errors import (FallbackWarning, MaterializeTooLarge, PerformanceWarning,  # noqa: E402
                      PoolClosed, PoolOutOfMemory)
@@ -60,3 +60,4 @@ __all__ += _OPS
 
 # Module paths users wrote before the package was cut into rooms keep importing.
 _sys.modules.setdefault(__name__ + ".placement", placement)
+_sys.modules.setdefault(__name__ + ".random", random)

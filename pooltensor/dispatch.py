@@ -33,7 +33,7 @@ def implements(*np_funcs):
 
 def _pool_arrays(obj, found):
     """Collect the pool arrays in obj (nested lists, tuples and dicts)."""
-    from .array import ndarray
+    from .array.array import ndarray
     if isinstance(obj, ndarray):
         found.append(obj)
     elif isinstance(obj, (list, tuple)):
@@ -46,7 +46,7 @@ def _pool_arrays(obj, found):
 
 
 def _materialize(obj):
-    from .array import ndarray
+    from .array.array import ndarray
     if isinstance(obj, ndarray):
         return obj.to_numpy(copy=True)
     if isinstance(obj, list):
@@ -98,7 +98,7 @@ def fallback(func, args, kwargs, what=None):
 
 def _write_back(o, v):
     """o[...] = v for a pool array (each rank its own homes in SPMD) or a numpy array."""
-    from .array import ndarray
+    from .array.array import ndarray
     if not isinstance(o, ndarray):
         o[...] = v
         return
@@ -111,7 +111,7 @@ def _cast_into(parts, dsts):
 
 
 def _types_ok(types):
-    from .array import ndarray
+    from .array.array import ndarray
     return all(issubclass(t, (ndarray, np.ndarray)) for t in types)
 
 

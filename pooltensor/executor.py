@@ -40,7 +40,7 @@ def spmd(pool):
 def collective(*arrays):
     """True when work on these pool arrays is collective: SPMD and at least one of them lives
     in the shared heaps (private arrays are one rank's own: that rank does all their work)."""
-    from .array import ndarray
+    from .array.array import ndarray
     for x in arrays:
         if isinstance(x, ndarray) and x._a.heap != "pv" and x._a.pool.spmd:
             return True
@@ -67,7 +67,7 @@ def new_like(shape, dtype, like=None, access=None):
     same elements (the first element of each result slab decides), so the owners of a
     blockwise computation find their operand on their own member. access defaults to
     'private' when `like` is private, else 'readwrite'."""
-    from .creation import _check_dtype, _shape, empty
+    from .array.creation import _check_dtype, _shape, empty
     from .pool.placement import Explicit
     from .pool.runtime import current
     shape = _shape(shape)
@@ -278,7 +278,7 @@ class _Op:
     __slots__ = ("kind", "value", "x", "off", "shape", "strides")
 
     def __init__(self, value, ndim):
-        from .array import ndarray
+        from .array.array import ndarray
         self.value = value
         if isinstance(value, ndarray):
             self.kind = "pool"
@@ -345,7 +345,7 @@ def run(kernel, outs, operands, fill=False, fresh=False):
     Collective in SPMD unless every target is private: it starts with a barrier (unless
     fresh=True: targets nobody else has seen yet), so no rank overwrites a target another is
     still reading, and ends with the pool's sync, so every rank sees every result."""
-    from .array import ndarray
+    from .array.array import ndarray
     x = outs[0]
     pool = x._a.pool
     pool.check_open()

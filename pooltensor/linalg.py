@@ -28,7 +28,7 @@ import numpy as np
 
 from . import reducer, tiles
 from .cache import transfer
-from .array import ndarray
+from .array.array import ndarray
 from .reducer import Job, _wide
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
@@ -140,7 +140,7 @@ def _product(a, b, rdt, out):
 
 def _rows(a, B, rdt):
     """(..., N, K) pool @ numpy B: a new pool array, rows computed where the left rows live."""
-    from .creation import empty, zeros
+    from .array.creation import empty, zeros
     lead, K = a.shape[:-1], a.shape[-1]
     out_shape = lead + B.shape[1:]
     pool = a._a.pool
@@ -247,7 +247,7 @@ def _contract(x, other, rdt, left):
     nbytes = int(np.prod(final, dtype=np.int64)) * job.dtype.itemsize
     if x.size == 0:                      # an empty sum: zeros, by the same size rule
         if nbytes > pool.advanced_limit:
-            from .creation import zeros
+            from .array.creation import zeros
             return zeros(final, rdt, access="private" if x._a.heap == "pv" else "readwrite")
         return np.zeros(final, rdt)
     if nbytes > pool.advanced_limit:

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import tiles
 from .cache import layout, transfer
-from .array import ndarray
+from .array.array import ndarray
 
 _NoValue = np._NoValue
 
@@ -322,7 +322,7 @@ def _run_small(job, flat, coll):
 def _result_array(job, shape):
     """A new pool array for a large result: private when the input is, else each slab homed
     with the input it is computed from (tiles.placement_like)."""
-    from .creation import empty
+    from .array.creation import empty
     x = job.x
     dt = job.result_dtype
     if x._a.heap == "pv":

@@ -38,7 +38,7 @@ import warnings
 
 import numpy as np
 
-from .array import ndarray
+from .array.array import ndarray
 from .reducer import (AnyAllJob, ArgJob, MeanJob, UfuncJob, _run, _size,
                       _wide)
 from .tiles import shape_of as _shape_of
@@ -118,7 +118,7 @@ def _empty_case(x, fn, axes, final_shape, dtype, out):
     v = val.reshape(-1)[0]
     if _size(final_shape) * np.dtype(dtype).itemsize <= x._a.pool.advanced_limit:
         return _finish_result(np.full(final_shape, v, dtype), out, None)
-    from .creation import full
+    from .array.creation import full
     return _finish_result(full(final_shape, v, dtype), out, None)
 
 

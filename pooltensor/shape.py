@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import tiles
 from .cache import layout, transfer
-from .array import ndarray
+from .array.array import ndarray
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
 
@@ -48,7 +48,7 @@ def _view(x, fn):
 
 def _new(shape, dtype, like):
     """A result array: shared (collective under SPMD) unless a pool input is private."""
-    from .creation import empty
+    from .array.creation import empty
     private = any(isinstance(a, ndarray) and a._a.heap == "pv" for a in like)
     return empty(shape, dtype, access="private" if private else "readwrite")
 
@@ -94,7 +94,7 @@ def assign(dst, src, sync=True):
 
 def copy_c(x):
     """A new C-contiguous pool array holding x's elements (each slab homed with them)."""
-    from .creation import empty
+    from .array.creation import empty
     if x._a.heap == "pv":
         out = empty(x.shape, x.dtype, access="private")
     else:

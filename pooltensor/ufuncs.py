@@ -35,7 +35,7 @@ _NDARRAY = []
 
 def _is_pool(v):
     if not _NDARRAY:
-        from .array import ndarray
+        from .array.array import ndarray
         _NDARRAY.append(ndarray)
     return isinstance(v, _NDARRAY[0])
 
@@ -166,7 +166,7 @@ def _assign(parts, dsts):
 
 def _defer(values):
     """NEP-13: another type that overrides ufuncs (or forbids them) takes part."""
-    from .array import ndarray
+    from .array.array import ndarray
     for v in values:
         t = type(v)
         if v is None or isinstance(v, (ndarray, np.ndarray, np.generic) + _SCALARS):

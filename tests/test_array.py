@@ -256,7 +256,7 @@ def test_blocks_cover_the_view_in_c_order(pool, shape, dtype, data):
 
 
 def test_pool_to_pool_assignment_in_chunks(pool, monkeypatch):
-    import pooltensor.array as arr
+    import pooltensor.array.array as arr
     monkeypatch.setattr(arr, "CHUNK", 256)
     ref = np.arange(3000, dtype=np.float64).reshape(100, 30)
     src = pt.from_numpy(ref * 2, placement="interleave")

@@ -10,7 +10,7 @@ array's own).
 import numpy as np
 
 from .creation import _fill, _new
-from .pool.runtime import current
+from ..pool.runtime import current
 
 BLOCK = 1 << 16      # elements per generator block: part of the numbers' definition, keep it
 

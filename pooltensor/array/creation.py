@@ -14,9 +14,9 @@ import operator
 
 import numpy as np
 
-from .cache import transfer
+from ..cache import transfer
 from .array import _check_dtype, ndarray
-from .pool.runtime import current
+from ..pool.runtime import current
 
 
 def _shape(shape):

@@ -12,8 +12,8 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import indexing
-from .cache import layout, prefetch, transfer
-from .errors import MaterializeTooLarge
+from ..cache import layout, prefetch, transfer
+from ..errors import MaterializeTooLarge
 
 CHUNK = 64 << 20      # bytes moved at a time when one pool array is assigned to another
 _IMPLIED = {np.dtype(np.float64), np.dtype(np.int_), np.dtype(np.bool_),
@@ -264,7 +264,7 @@ class ndarray(NDArrayOperatorsMixin):
         if a.heap == "ro":
             arr.flags.writeable = False
         elif a.heap == "rw" and pool.coherent:
-            from .pool.pool import _Export
+            from ..pool.pool import _Export
             owner = _Export(arr)
             pool.note_export(a.slots[k], owner)
             arr = np.asarray(owner)
@@ -457,11 +457,11 @@ class ndarray(NDArrayOperatorsMixin):
 
     # -- numpy protocols and elementwise operations (see ufuncs.py, dispatch.py) -------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from . import ufuncs
+        from .. import ufuncs
         return ufuncs.array_ufunc(self, ufunc, method, *inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from . import dispatch
+        from .. import dispatch
         return dispatch.array_function(self, func, types, args, kwargs)
 
     def __array_namespace__(self, *, api_version=None):
@@ -481,12 +481,12 @@ class ndarray(NDArrayOperatorsMixin):
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         """The values cast to `dtype` as a new pool array (self if copy=False and the dtype
         matches); numpy's casting rules."""
-        from . import ufuncs
+        from .. import ufuncs
         return ufuncs.astype(self, dtype, casting=casting, copy=copy)
 
     def copy(self, order="K"):
         """A new pool array with the same values (placed like this one)."""
-        from . import ufuncs
+        from .. import ufuncs
         return ufuncs.copy(self)
 
     def __copy__(self):
@@ -497,7 +497,7 @@ class ndarray(NDArrayOperatorsMixin):
 
     def clip(self, min=None, max=None, out=None, **kwargs):
         """Values limited to [min, max] (np.clip)."""
-        from . import ufuncs
+        from .. import ufuncs
         return ufuncs.clip(self, min, max, out=out, **kwargs)
 
     def conj(self):
@@ -509,13 +509,13 @@ class ndarray(NDArrayOperatorsMixin):
     @property
     def real(self):
         """The real part (a new pool array; the values themselves for real dtypes)."""
-        from . import namespace
+        from .. import namespace
         return namespace.real(self)
 
     @property
     def imag(self):
         """The imaginary part (a new pool array; zeros for real dtypes)."""
-        from . import namespace
+        from .. import namespace
         return namespace.imag(self)
 
     # -- printing --------------------------------------------------------------------------
@@ -581,102 +581,102 @@ class ndarray(NDArrayOperatorsMixin):
     # -- reductions, linear algebra and shape (see reductions.py, linalg.py, shape.py) --------
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
         """Sum over the given axes (numpy.sum); numpy result when small, see reductions."""
-        from . import reductions
+        from .. import reductions
         return reductions.sum(self, axis, dtype, out, keepdims, **kw)
 
     def prod(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
         """Product over the given axes (numpy.prod)."""
-        from . import reductions
+        from .. import reductions
         return reductions.prod(self, axis, dtype, out, keepdims, **kw)
 
     def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
         """Arithmetic mean over the given axes (numpy.mean)."""
-        from . import reductions
+        from .. import reductions
         return reductions.mean(self, axis, dtype, out, keepdims, **kw)
 
     def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
         """Variance over the given axes (numpy.var)."""
-        from . import reductions
+        from .. import reductions
         return reductions.var(self, axis, dtype, out, ddof, keepdims, **kw)
 
     def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
         """Standard deviation over the given axes (numpy.std)."""
-        from . import reductions
+        from .. import reductions
         return reductions.std(self, axis, dtype, out, ddof, keepdims, **kw)
 
     def min(self, axis=None, out=None, keepdims=False, **kw):
         """Minimum over the given axes (numpy.min)."""
-        from . import reductions
+        from .. import reductions
         return reductions.min(self, axis, out, keepdims, **kw)
 
     def max(self, axis=None, out=None, keepdims=False, **kw):
         """Maximum over the given axes (numpy.max)."""
-        from . import reductions
+        from .. import reductions
         return reductions.max(self, axis, out, keepdims, **kw)
 
     def argmin(self, axis=None, out=None, *, keepdims=False):
         """Index of the first minimum (numpy.argmin)."""
-        from . import reductions
+        from .. import reductions
         return reductions.argmin(self, axis, out, keepdims=keepdims)
 
     def argmax(self, axis=None, out=None, *, keepdims=False):
         """Index of the first maximum (numpy.argmax)."""
-        from . import reductions
+        from .. import reductions
         return reductions.argmax(self, axis, out, keepdims=keepdims)
 
     def any(self, axis=None, out=None, keepdims=False, **kw):
         """Whether any element is true over the given axes (numpy.any)."""
-        from . import reductions
+        from .. import reductions
         return reductions.any(self, axis, out, keepdims, **kw)
 
     def all(self, axis=None, out=None, keepdims=False, **kw):
         """Whether every element is true over the given axes (numpy.all)."""
-        from . import reductions
+        from .. import reductions
         return reductions.all(self, axis, out, keepdims, **kw)
 
     def reshape(self, *shape, order="C", copy=None):
         """The elements in a new shape: a view when the layout allows, else a copy."""
-        from . import shape as _shape
+        from .. import shape as _shape
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = shape[0]
         return _shape.reshape(self, shape, order=order, copy=copy)
 
     def ravel(self, order="C"):
         """The elements as a 1-D array (a view when possible)."""
-        from . import shape as _shape
+        from .. import shape as _shape
         return _shape.ravel(self, order)
 
     def flatten(self, order="C"):
         """A 1-D copy of the elements."""
-        from . import shape as _shape
+        from .. import shape as _shape
         return _shape.flatten(self, order)
 
     def transpose(self, *axes):
         """The axes permuted (reversed when none are given): a view."""
-        from . import shape as _shape
+        from .. import shape as _shape
         if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], (int, np.integer))):
             axes = axes[0]
         return _shape.transpose(self, axes or None)
 
     def swapaxes(self, axis1, axis2):
         """Two axes interchanged: a view."""
-        from . import shape as _shape
+        from .. import shape as _shape
         return _shape.swapaxes(self, axis1, axis2)
 
     def squeeze(self, axis=None):
         """Length-one axes removed: a view."""
-        from . import shape as _shape
+        from .. import shape as _shape
         return _shape.squeeze(self, axis)
 
     def dot(self, b, out=None):
         """Matrix product with b (numpy.dot)."""
-        from . import linalg
+        from .. import linalg
         return linalg.dot(self, b, out=out)
 
     def __matmul__(self, other):
-        from . import linalg
+        from .. import linalg
         return linalg.matmul(self, other)
 
     def __rmatmul__(self, other):
-        from . import linalg
+        from .. import linalg
         return linalg.matmul(other, self)
