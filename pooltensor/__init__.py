@@ -28,22 +28,27 @@ from .pool import Pool, placement  # noqa: E402
 from .pool.runtime import current, finalize, init, sync  # noqa: E402
 
 # -- the Array API namespace (x.__array_namespace__() is this module) ---------------------------
-from . import namespace as _ns  # noqa: E402
-from .namespace import API_VERSIONS, __array_api_version__  # noqa: E402
+from .ops import namespace as _ns  # noqa: E402
+from .ops.namespace import API_VERSIONS, __array_api_version__  # noqa: E402
 
 for _name in _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _ns.CREATION:
     globals()[_name] = getattr(_ns, _name)
 
-# -- reductions, linear algebra and shape functions (reductions.py, linalg.py, shape.py) --------
-from .linalg import dot, matmul  # noqa: E402
-from .reductions import (all, any, argmax, argmin, max, mean, min, prod, std, sum,  # noqa: E402
+# -- reductions, linear algebra and shape functions (ops/reductions.py, linalg.py, shape.py) ----
+from .ops.linalg import dot, matmul  # noqa: E402
+from .ops.reductions import (all, any, argmax, argmin, max, mean, min, prod, std, sum,  # noqa: E402
                          var)
-from .shape import (concat, concatenate, expand_dims, matrix_transpose, moveaxis,  # noqa: E402
+from .ops.shape import (concat, concatenate, expand_dims, matrix_transpose, moveaxis,  # noqa: E402
                     permute_dims, ravel, reshape, squeeze, stack, swapaxes, transpose)
 
 _OPS = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all",
         "matmul", "dot", "reshape", "ravel", "transpose", "permute_dims", "matrix_transpose",
         "swapaxes", "moveaxis", "squeeze", "expand_dims", "concatenate", "concat", "stack"]
+
+# -- the ndarray's methods that compute, and its __array_namespace__ (this module) -------------
+from .ops import methods as _methods  # noqa: E402
+
+_methods.bind(ndarray, _sys.modules[__name__])
 
 
 def stats():

@@ -8,7 +8,7 @@ import pytest
 
 import pooltensor as pt
 from conftest import pool_fixture
-from pooltensor import dispatch, namespace
+from pooltensor.ops import dispatch, namespace
 
 LIMIT = 1 << 14
 

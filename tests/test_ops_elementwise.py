@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import ops_elementwise_cases as oc
 import pooltensor as pt
 from conftest import SLAB, check_ranks, pool_fixture, property_settings
-from pooltensor import executor
+from pooltensor.ops import executor
 
 PROPS = property_settings("OPS_EXAMPLES", 120, "POOL_DERANDOMIZE")
 FEW = settings(PROPS, max_examples=max(10, PROPS.max_examples // 3))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import ops_elementwise_cases as oc
 import pooltensor as pt
-from pooltensor import executor
+from pooltensor.ops import executor
 from spmd_check import agree, batched, examples, same_bytes, start
 
 EXAMPLES = examples(40)

@@ -16,7 +16,9 @@ import warnings
 
 import numpy as np
 
-from .errors import FallbackWarning, MaterializeTooLarge
+from ..array.array import ndarray
+from ..errors import FallbackWarning, MaterializeTooLarge
+from . import executor
 
 HANDLED = {}     # numpy function (or ufunc) -> implementation for pool arrays
 
@@ -33,7 +35,6 @@ def implements(*np_funcs):
 
 def _pool_arrays(obj, found):
     """Collect the pool arrays in obj (nested lists, tuples and dicts)."""
-    from .array.array import ndarray
     if isinstance(obj, ndarray):
         found.append(obj)
     elif isinstance(obj, (list, tuple)):
@@ -46,7 +47,6 @@ def _pool_arrays(obj, found):
 
 
 def _materialize(obj):
-    from .array.array import ndarray
     if isinstance(obj, ndarray):
         return obj.to_numpy(copy=True)
     if isinstance(obj, list):
@@ -98,11 +98,9 @@ def fallback(func, args, kwargs, what=None):
 
 def _write_back(o, v):
     """o[...] = v for a pool array (each rank its own homes in SPMD) or a numpy array."""
-    from .array.array import ndarray
     if not isinstance(o, ndarray):
         o[...] = v
         return
-    from . import executor
     executor.run(_cast_into, [o], [np.asarray(v)])
 
 
@@ -111,7 +109,6 @@ def _cast_into(parts, dsts):
 
 
 def _types_ok(types):
-    from .array.array import ndarray
     return all(issubclass(t, (ndarray, np.ndarray)) for t in types)
 
 

@@ -9,6 +9,7 @@ defined here.
 """
 import numpy as np
 
+from ..array.creation import full
 from . import dispatch, executor, ufuncs
 
 __array_api_version__ = "2023.12"
@@ -184,7 +185,6 @@ def _register_like():
     def make(fill):
         def impl(prototype, *args, dtype=None, order="K", subok=True, shape=None, device=None):
             if shape is not None and tuple(np.atleast_1d(shape)) != prototype.shape:
-                from .array.creation import full
                 return full(shape, 0 if fill is None else fill, dtype or prototype.dtype)
             if fill is None:
                 return empty_like(prototype, dtype=dtype)
@@ -196,7 +196,6 @@ def _register_like():
 
     def full_impl(a, fill_value, dtype=None, order="K", subok=True, shape=None, device=None):
         if shape is not None and tuple(np.atleast_1d(shape)) != a.shape:
-            from .array.creation import full
             return full(shape, fill_value, dtype or a.dtype)
         return full_like(a, fill_value, dtype=dtype)
     dispatch.HANDLED[np.full_like] = full_impl

@@ -24,8 +24,9 @@ import warnings
 
 import numpy as np
 
-from . import dispatch, executor
-from .errors import FallbackWarning
+from ..array.array import ndarray
+from ..errors import FallbackWarning
+from . import dispatch, executor, reductions
 
 _SCALARS = (bool, int, float, complex, numbers.Number)
 
@@ -35,7 +36,6 @@ _NDARRAY = []
 
 def _is_pool(v):
     if not _NDARRAY:
-        from .array.array import ndarray
         _NDARRAY.append(ndarray)
     return isinstance(v, _NDARRAY[0])
 
@@ -166,7 +166,6 @@ def _assign(parts, dsts):
 
 def _defer(values):
     """NEP-13: another type that overrides ufuncs (or forbids them) takes part."""
-    from .array.array import ndarray
     for v in values:
         t = type(v)
         if v is None or isinstance(v, (ndarray, np.ndarray, np.generic) + _SCALARS):
@@ -204,7 +203,6 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
 def _reduce(ufunc, inputs, kwargs):
     """ufunc.reduce through the reductions module (when it provides ufunc_reduce)."""
     try:
-        from . import reductions
         fn = reductions.ufunc_reduce
     except (ImportError, AttributeError):
         return NotImplemented

@@ -21,7 +21,8 @@ import numpy as np
 
 import collectives
 
-from .cache import layout, prefetch, transfer
+from ..cache import layout, prefetch, transfer
+from ..pool.placement import Explicit
 
 TILE_SLABS = 4          # a tile is about this many slabs (bounded by the cache: see target())
 RUN_BYTES = 16 << 20    # longest run of local slabs reduced in one numpy call (flat path)
@@ -113,7 +114,6 @@ def placement_like(x, shape, dtype, to_x=None):
     pool array x holds the element the slab's first element corresponds to (to_x maps index
     arrays of the new array to x's; default: the same index), so whoever computes a slab of
     the result finds its input at home. None where there is nothing to line up."""
-    from .pool.placement import Explicit
     pool = x._a.pool
     n = 1
     for d in shape:

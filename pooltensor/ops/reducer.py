@@ -19,9 +19,10 @@ import builtins
 
 import numpy as np
 
+from ..array.array import ndarray
+from ..array.creation import empty
+from ..cache import layout, transfer
 from . import tiles
-from .cache import layout, transfer
-from .array.array import ndarray
 
 _NoValue = np._NoValue
 
@@ -322,7 +323,6 @@ def _run_small(job, flat, coll):
 def _result_array(job, shape):
     """A new pool array for a large result: private when the input is, else each slab homed
     with the input it is computed from (tiles.placement_like)."""
-    from .array.creation import empty
     x = job.x
     dt = job.result_dtype
     if x._a.heap == "pv":

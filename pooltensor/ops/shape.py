@@ -22,9 +22,11 @@ import operator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..array.array import ndarray
+from ..array.creation import empty
+from ..cache import layout, transfer
 from . import tiles
-from .cache import layout, transfer
-from .array.array import ndarray
+from .dispatch import implements
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
 
@@ -48,7 +50,6 @@ def _view(x, fn):
 
 def _new(shape, dtype, like):
     """A result array: shared (collective under SPMD) unless a pool input is private."""
-    from .array.creation import empty
     private = any(isinstance(a, ndarray) and a._a.heap == "pv" for a in like)
     return empty(shape, dtype, access="private" if private else "readwrite")
 
@@ -94,7 +95,6 @@ def assign(dst, src, sync=True):
 
 def copy_c(x):
     """A new C-contiguous pool array holding x's elements (each slab homed with them)."""
-    from .array.creation import empty
     if x._a.heap == "pv":
         out = empty(x.shape, x.dtype, access="private")
     else:
@@ -334,7 +334,6 @@ def matrix_transpose(x, /):
 
 
 def _register():
-    from .dispatch import implements
     implements(np.reshape)(reshape)
     implements(np.ravel)(ravel)
     implements(np.transpose)(transpose)

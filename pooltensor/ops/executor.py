@@ -26,8 +26,12 @@ import numpy as np
 
 import collectives
 
-from .cache import prefetch, transfer
-from .cache.layout import contiguous, extent
+from ..array.array import ndarray
+from ..array.creation import _check_dtype, _shape, empty
+from ..cache import prefetch, transfer
+from ..cache.layout import contiguous, extent
+from ..pool.placement import Explicit
+from ..pool.runtime import current
 
 BLOCK_BYTES = 4 << 20     # largest unit of local slabs: numpy's passes stay in the CPU caches
 
@@ -40,7 +44,6 @@ def spmd(pool):
 def collective(*arrays):
     """True when work on these pool arrays is collective: SPMD and at least one of them lives
     in the shared heaps (private arrays are one rank's own: that rank does all their work)."""
-    from .array.array import ndarray
     for x in arrays:
         if isinstance(x, ndarray) and x._a.heap != "pv" and x._a.pool.spmd:
             return True
@@ -67,9 +70,6 @@ def new_like(shape, dtype, like=None, access=None):
     same elements (the first element of each result slab decides), so the owners of a
     blockwise computation find their operand on their own member. access defaults to
     'private' when `like` is private, else 'readwrite'."""
-    from .array.creation import _check_dtype, _shape, empty
-    from .pool.placement import Explicit
-    from .pool.runtime import current
     shape = _shape(shape)
     dtype = _check_dtype(dtype)
     if access is None:
@@ -278,7 +278,6 @@ class _Op:
     __slots__ = ("kind", "value", "x", "off", "shape", "strides")
 
     def __init__(self, value, ndim):
-        from .array.array import ndarray
         self.value = value
         if isinstance(value, ndarray):
             self.kind = "pool"
@@ -345,7 +344,6 @@ def run(kernel, outs, operands, fill=False, fresh=False):
     Collective in SPMD unless every target is private: it starts with a barrier (unless
     fresh=True: targets nobody else has seen yet), so no rank overwrites a target another is
     still reading, and ends with the pool's sync, so every rank sees every result."""
-    from .array.array import ndarray
     x = outs[0]
     pool = x._a.pool
     pool.check_open()
@@ -571,7 +569,6 @@ def local_blocks(x):
 # -- collectives over ranks ------------------------------------------------------------------------
 
 def _world_of_pool():
-    from .pool.runtime import current
     pool = current()
     return pool, (pool.spmd and pool.size > 1)
 

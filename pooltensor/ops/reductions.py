@@ -38,9 +38,12 @@ import warnings
 
 import numpy as np
 
-from .array.array import ndarray
+from ..array.array import ndarray
+from ..array.creation import full
+from .dispatch import implements
 from .reducer import (AnyAllJob, ArgJob, MeanJob, UfuncJob, _run, _size,
                       _wide)
+from .shape import assign
 from .tiles import shape_of as _shape_of
 
 
@@ -80,7 +83,6 @@ def _final_shape(x, axes, keepdims):
 def _finish_result(res, out, probe):
     """Scalars for 0-d numpy results; write into out= when given."""
     if out is not None:
-        from .shape import assign
         if tuple(_shape_of(out)) != tuple(_shape_of(res)):
             raise ValueError(f"output parameter has shape {_shape_of(out)}, expected "
                              f"{_shape_of(res)}")
@@ -118,7 +120,6 @@ def _empty_case(x, fn, axes, final_shape, dtype, out):
     v = val.reshape(-1)[0]
     if _size(final_shape) * np.dtype(dtype).itemsize <= x._a.pool.advanced_limit:
         return _finish_result(np.full(final_shape, v, dtype), out, None)
-    from .array.creation import full
     return _finish_result(full(final_shape, v, dtype), out, None)
 
 
@@ -361,7 +362,6 @@ def ufunc_reduce(ufunc, x, axis=0, dtype=None, keepdims=False, out=None, initial
 # -- NEP-18: numpy's functions on pool arrays come here ------------------------------------------
 
 def _register():
-    from .dispatch import implements
     implements(np.sum)(sum)
     implements(np.prod)(prod)
     implements(np.mean)(mean)

@@ -26,10 +26,13 @@ import weakref
 
 import numpy as np
 
+from ..array.array import ndarray
+from ..array.creation import empty, zeros
+from ..cache import transfer
 from . import reducer, tiles
-from .cache import transfer
-from .array.array import ndarray
+from .dispatch import fallback, implements
 from .reducer import Job, _wide
+from .shape import assign
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
 _REPLICAS = weakref.WeakKeyDictionary()     # readonly Allocation -> {(off, shape, strides): numpy}
@@ -105,14 +108,12 @@ def dot(a, b, out=None):
 
 def _fallback(fn, a, b, out, kw):
     """Stacks of matrices on the right: numpy's on copies (FallbackWarning, size-limited)."""
-    from .dispatch import fallback
     if out is not None:
         kw = dict(kw, out=out)
     return fallback(fn, (a, b), kw)
 
 
 def _store(out, res):
-    from .shape import assign
     if tuple(_shape_of(out)) != tuple(_shape_of(res)):
         raise ValueError(f"output array has shape {_shape_of(out)}, expected {_shape_of(res)}")
     if isinstance(out, ndarray):
@@ -140,7 +141,6 @@ def _product(a, b, rdt, out):
 
 def _rows(a, B, rdt):
     """(..., N, K) pool @ numpy B: a new pool array, rows computed where the left rows live."""
-    from .array.creation import empty, zeros
     lead, K = a.shape[:-1], a.shape[-1]
     out_shape = lead + B.shape[1:]
     pool = a._a.pool
@@ -247,7 +247,6 @@ def _contract(x, other, rdt, left):
     nbytes = int(np.prod(final, dtype=np.int64)) * job.dtype.itemsize
     if x.size == 0:                      # an empty sum: zeros, by the same size rule
         if nbytes > pool.advanced_limit:
-            from .array.creation import zeros
             return zeros(final, rdt, access="private" if x._a.heap == "pv" else "readwrite")
         return np.zeros(final, rdt)
     if nbytes > pool.advanced_limit:
@@ -256,7 +255,6 @@ def _contract(x, other, rdt, left):
 
 
 def _register():
-    from .dispatch import implements
 
     @implements(np.matmul)
     def _matmul_ufunc(a, b, out=None, **kw):
