@@ -20,6 +20,8 @@ from .rendezvous import store as _store
 from .rendezvous.bootstrap import bootstrap, host_identity, machine_identity
 from .window import LocalMemory, Window, raise_native
 
+# read once: the algorithm choice is made on every call, a hot path for small messages
+FORCED_ALGO = os.environ.get("POOLTENSOR_ALGO", "").strip()   # one algorithm for every kind
 STORE_SLICE = 0.2   # seconds between checks for lost peers in a barrier through the store
 
 
@@ -79,9 +81,8 @@ class World(LocalMemory):
         self._shm_world = all(t in ("self", "shm") for t in self.transports)
         self._barrier_ranks = list(range(self.size))
         self._teams = {}
-        from .algorithms import ENV_ALGO
         # every rank on this machine and one topology host: the native team decides alone
-        self._direct = self._shm_world and self.local_size == self.size and not ENV_ALGO
+        self._direct = self._shm_world and self.local_size == self.size and not FORCED_ALGO
         self._coll_exec = None
         self._coll_pending = 0
         self._coll_thread = None

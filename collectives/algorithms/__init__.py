@@ -8,6 +8,7 @@ runs (see bench/README.md).
 import os
 
 from ..errors import TransportError
+from ..world import FORCED_ALGO, current
 
 _REGISTRY = {}   # (kind, name) -> function
 
@@ -15,8 +16,8 @@ _REGISTRY = {}   # (kind, name) -> function
 ONESHOT_MAX = int(os.environ.get("POOLTENSOR_ONESHOT_MAX", 64 * 1024))
 # Recursive doubling wins over the ring for small messages once there are several hops.
 RECURSIVE_MAX = 32 * 1024
-# read once: the choice is made on every call, a hot path for small messages
-ENV_ALGO = os.environ.get("POOLTENSOR_ALGO", "").strip()
+# POOLTENSOR_ALGO, read once by the world (which needs it too, to let the team decide alone)
+ENV_ALGO = FORCED_ALGO
 
 
 def digest(name):
@@ -52,7 +53,6 @@ def names(kind, world=None):
     """The algorithms for `kind` that run in `world` (default: the open World, if any; with
     none, every registered one)."""
     if world is None:
-        from ..world import current
         world = current()
     return sorted(n for k, n in _REGISTRY if k == kind and usable(n, world))
 
