@@ -150,6 +150,22 @@ def test_no_import_cycle_between_rooms():
     assert not cycles, "rooms that import each other in a circle:\n  " + "\n  ".join(cycles)
 
 
+def test_no_import_cycle_between_modules_of_pooltensor():
+    """Inside a room too: the modules of pooltensor import each other in no circle (a
+    sub-package's own ``__init__``, which names what the room offers, aside)."""
+    mods = dict(_modules())
+    rows = []
+    for name, path in mods.items():
+        if not name.startswith("pooltensor"):
+            continue
+        for target, line in _imports(name, path):
+            t = _known(target, set(mods)) if target else None
+            if t and t != name and not (name + ".").startswith(t + "."):
+                rows.append((name, t, path.relative_to(ROOT), line))
+    cycles = find_cycles(rows)
+    assert not cycles, "modules that import each other in a circle:\n  " + "\n  ".join(cycles)
+
+
 def test_the_checker_sees_a_circle(tmp_path):
     """The cycle check is only worth something if it fails on a circle: one made up here."""
     a = tmp_path / "a.py"

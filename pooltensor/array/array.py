@@ -195,6 +195,16 @@ class ndarray(NDArrayOperatorsMixin):
                   a.members[k] != pool.me)
         return typed[(b - k * S) // self._dtype.itemsize]
 
+    @classmethod
+    def _allocate(cls, pool, shape, dtype, access="readwrite", placement=None):
+        """A new uninitialized C-ordered array in `pool` and, per slab, whether it is fresh
+        (still all zeros); `shape` and `dtype` already checked."""
+        n = 1
+        for d in shape:
+            n *= d
+        alloc, fresh = pool.allocate(n * dtype.itemsize, access, placement)
+        return cls(alloc, 0, shape, layout.c_strides(shape, dtype.itemsize), dtype), fresh
+
     def _gather(self, offs):
         pool = self._a.pool
         nbytes = offs.size * self.itemsize
@@ -203,8 +213,8 @@ class ndarray(NDArrayOperatorsMixin):
             return transfer.gather(pool, self._a, offs, self._dtype, out)
         # too big for one numpy copy: a new pool array (private in SPMD: creation is
         # collective there, and indexing must stay one-sided), filled chunk by chunk
-        from .creation import empty
-        res = empty(offs.shape, self._dtype, access="private" if pool.spmd else "readwrite")
+        res = self._allocate(pool, offs.shape, self._dtype,
+                             access="private" if pool.spmd else "readwrite")[0]
         flat_off = offs.reshape(-1)
         step = max(1, pool.slab_size // self.itemsize)
         tmp = np.empty(min(step, flat_off.size), self._dtype)

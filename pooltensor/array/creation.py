@@ -31,19 +31,7 @@ def _shape(shape):
 
 def _new(shape, dtype, placement=None, access="readwrite"):
     """An uninitialized array and, per slab, whether it is fresh (still all zeros)."""
-    pool = current()
-    dtype = _check_dtype(dtype)
-    shape = _shape(shape)
-    n = 1
-    for d in shape:
-        n *= d
-    alloc, fresh = pool.allocate(n * dtype.itemsize, access, placement)
-    strides = []
-    s = dtype.itemsize
-    for d in reversed(shape):
-        strides.append(s)
-        s *= max(d, 1)
-    return ndarray(alloc, 0, shape, tuple(reversed(strides)), dtype), fresh
+    return ndarray._allocate(current(), _shape(shape), _check_dtype(dtype), access, placement)
 
 
 def _mine(pool, alloc, k):

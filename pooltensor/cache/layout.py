@@ -9,6 +9,15 @@ import numpy as np
 SLAB, RANGE = 0, 1     # the two kinds of pieces decompose() yields
 
 
+def c_strides(shape, itemsize):
+    """C-contiguous byte strides for `shape`."""
+    out, s = [], itemsize
+    for n in reversed(shape):
+        out.append(s)
+        s *= max(n, 1)
+    return tuple(reversed(out))
+
+
 def extent(off, shape, strides, itemsize):
     """[lo, hi): the bytes a non-empty view touches (strides of any sign)."""
     lo = hi = off

@@ -336,7 +336,7 @@ def _run_big(job, final_shape, coll):
     x = job.x
     pool = x._a.pool
     out = _result_array(job, final_shape)
-    keep = ndarray(out._a, out._off, job.keep, tiles.c_strides(job.keep, out.itemsize),
+    keep = ndarray(out._a, out._off, job.keep, layout.c_strides(job.keep, out.itemsize),
                    out.dtype)
     scratch = tiles.Scratch()
     nb = tiles.target(pool)

@@ -52,15 +52,6 @@ def ndim_of(v):
     return len(shape_of(v))
 
 
-def c_strides(shape, itemsize):
-    """C-contiguous byte strides for `shape`."""
-    out, s = [], itemsize
-    for n in reversed(shape):
-        out.append(s)
-        s *= max(n, 1)
-    return tuple(reversed(out))
-
-
 def split(shape, itemsize, nbytes):
     """The tiles of an array of `shape`: a list of (starts, stops) in C order, each about
     `nbytes` (one element at least). Empty for an empty array; one tile for a 0-d array."""
