@@ -112,6 +112,37 @@ def test_out_of_memory_then_reuse_after_free(fresh):
     del x
 
 
+def test_huge_requests_fail_at_once(fresh):
+    """A request the pool could never hold is PoolOutOfMemory at once (nothing made per slab
+    first), whatever its size and placement; one numpy itself could never make is numpy's
+    ValueError, word for word."""
+    pool = fresh
+    pool.collect_frees()
+    free0 = pool.free_bytes()
+    cases = [((1 << 36,), {}), (((1 << 20), 1 << 29), {}), ((1 << 62,), {}),
+             ((1 << 62,), {"placement": "interleave"}), ((1 << 62,), {"placement": [1, 2]}),
+             ((1 << 62,), {"placement": "balanced"}), ((1 << 62,), {"placement": "local"}),
+             ((1 << 62,), {"access": "readonly"}), ((1 << 62,), {"access": "private"}),
+             ((1 << 40,), {"access": "private"})]
+    for shape, kw in cases:
+        t0 = time.monotonic()
+        with pytest.raises(pt.PoolOutOfMemory, match="could ever hold") as e:
+            pt.empty(shape, np.uint8, **kw)
+        assert time.monotonic() - t0 < 0.2, (shape, kw)
+        assert e.value.needed == int(np.prod(shape, dtype=object)), e.value.needed
+    for shape, dtype in (((1 << 60,), np.float64), ((1 << 40, 1 << 40), np.uint8),
+                         ((1 << 62, 4), np.int16), ((3, 1 << 62), np.complex128)):
+        with pytest.raises(ValueError) as ref:
+            np.empty(shape, dtype)
+        t0 = time.monotonic()
+        with pytest.raises(ValueError) as e:
+            pt.empty(shape, dtype)
+        assert time.monotonic() - t0 < 0.2
+        assert str(e.value) == str(ref.value) and not isinstance(e.value, MemoryError)
+    assert pool.free_bytes() == free0
+    assert pt.zeros(10)[9] == 0.0                     # the pool is untouched
+
+
 def test_zeros_after_reuse_are_zero(fresh):
     a = pt.full(20 * E, 7.0)
     del a
