@@ -30,6 +30,7 @@ A cached copy remembers the version it was fetched at; sync() = flush + barrier 
 (one get of the version range per member) drops the copies whose version moved.
 """
 import mmap
+import operator
 import os
 import sys
 import threading
@@ -75,7 +76,12 @@ def physical_memory():
 
 
 def check_slab_size(slab_size):
-    s = int(slab_size)
+    """slab_size as an int: TypeError if it is not an integer, ValueError unless a positive
+    multiple of 64."""
+    try:
+        s = operator.index(slab_size)
+    except TypeError as e:
+        raise TypeError(f"slab_size: {e}") from None
     if s < 64 or s % 64:
         raise ValueError(f"slab_size must be a positive multiple of 64 bytes, not {slab_size}")
     return s
@@ -134,7 +140,8 @@ class Pool:
         if memory < S and not client:
             raise ValueError(f"memory per member ({memory} B) is less than one slab ({S} B)")
         self.placement = _placement.check(placement, self.size)
-        self.materialize_limit = int(materialize_limit or DEFAULT_MATERIALIZE)
+        self.materialize_limit = int(materialize_limit if materialize_limit is not None
+                                     else DEFAULT_MATERIALIZE)
         self.advanced_limit = int(advanced_limit if advanced_limit is not None
                                   else DEFAULT_ADVANCED)
         self.timeout = world.timeout
