@@ -15,6 +15,11 @@ different labels, so one side's proof cannot be reflected back as the other's):
     client -> server  {"nonce": Nc, "mac": HMAC(secret, CLIENT_LABEL + Ns + Nc)}
     server -> client  {"mac": HMAC(secret, SERVER_LABEL + Nc + Ns), ...server facts}
                       or {"error": "authentication failed"} and the connection closes
+                      or {"error": why, "refused": True}: the proof was right, but the
+                      server is at a limit (clients, connections from one address)
+
+Both sides bound the whole handshake by a deadline (not each recv), so a peer that trickles
+bytes cannot hold a connection open past it.
 
 Secrets: a file of at least 16 bytes (trailing whitespace ignored), readable by its owner
 only. ``python -c "import secrets; print(secrets.token_hex(32))" > F; chmod 600 F`` makes one;
@@ -26,10 +31,11 @@ import os
 import secrets
 import socket
 import struct
+import time
 
 import msgpack
 
-from .errors import PooltensorError
+from .errors import BootstrapError, PooltensorError, Timeout
 
 ENV_SECRET = "POOLTENSOR_SECRET_FILE"
 MAX_FRAME = 64 * 1024            # every control message is small: anything larger is hostile
@@ -48,6 +54,12 @@ class AuthenticationError(PooltensorError):
 
 class ProtocolError(PooltensorError):
     """A control frame that breaks the protocol (too long, not msgpack, not a map)."""
+
+
+class ServerRefused(PooltensorError):
+    """A memory server refused a request or a connection (not enough free memory, one of its
+    limits reached: clients, connections from one address, allocations or registrations of
+    one client)."""
 
 
 # -- secrets --------------------------------------------------------------------------------
@@ -101,11 +113,20 @@ def secret_path(secret_file=None):
 
 # -- frames ---------------------------------------------------------------------------------
 
-def _recv_exact(sock, n):
+def _settimeout(sock, deadline):
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("the deadline passed")
+        sock.settimeout(left)
+
+
+def _recv_exact(sock, n, deadline=None):
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        _settimeout(sock, deadline)
         k = sock.recv_into(view[got:])
         if k == 0:
             return None if got == 0 else b""     # closed: cleanly between frames, or mid-frame
@@ -113,10 +134,11 @@ def _recv_exact(sock, n):
     return bytes(buf)
 
 
-def recv_frame(sock):
+def recv_frame(sock, deadline=None):
     """The next message (a dict), or None when the peer closed between frames.
-    ProtocolError for a bad frame; socket.timeout / OSError pass through."""
-    head = _recv_exact(sock, 4)
+    ProtocolError for a bad frame; socket.timeout / OSError pass through. `deadline` (a
+    time.monotonic() value) bounds the whole frame, however the bytes trickle in."""
+    head = _recv_exact(sock, 4, deadline)
     if head is None:
         return None
     if len(head) < 4:
@@ -124,7 +146,7 @@ def recv_frame(sock):
     (n,) = _LEN.unpack(head)
     if n > MAX_FRAME:
         raise ProtocolError(f"frame of {n} bytes (at most {MAX_FRAME})")
-    body = _recv_exact(sock, n) if n else b""
+    body = _recv_exact(sock, n, deadline) if n else b""
     if body is None or len(body) < n:
         raise ProtocolError("connection closed in the middle of a frame")
     try:
@@ -136,8 +158,10 @@ def recv_frame(sock):
     return msg
 
 
-def send_frame(sock, msg):
+def send_frame(sock, msg, deadline=None):
+    """Send one message (a dict); `deadline` as for recv_frame."""
     body = msgpack.packb(msg, use_bin_type=True)
+    _settimeout(sock, deadline)
     sock.sendall(_LEN.pack(len(body)) + body)
 
 
@@ -166,13 +190,15 @@ def _nonce(msg, what):
     return n
 
 
-def server_handshake(sock, secret, facts):
+def server_handshake(sock, secret, facts, deadline=None, admit=None):
     """Server side: True once the client proved the secret and got our proof and `facts`
     (a dict sent along); False after a wrong proof (the client is told, then dropped).
-    ProtocolError for a malformed exchange."""
+    admit(): called once the proof is right; it may raise ServerRefused, which the client is
+    told (with "refused") before it passes through. ProtocolError for a malformed exchange,
+    socket.timeout past `deadline` (time.monotonic()), for the whole exchange."""
     ns = secrets.token_bytes(NONCE)
-    send_frame(sock, {"hello": HELLO, "version": VERSION, "nonce": ns})
-    msg = recv_frame(sock)
+    send_frame(sock, {"hello": HELLO, "version": VERSION, "nonce": ns}, deadline)
+    msg = recv_frame(sock, deadline)
     if msg is None:
         raise ProtocolError("closed before authenticating")
     nc = _nonce(msg, "client proof")
@@ -181,19 +207,55 @@ def server_handshake(sock, secret, facts):
             mac, _mac(secret, CLIENT_LABEL, ns, nc)):
         try:
             send_frame(sock, {"error": "authentication failed: the client's secret is not "
-                                       "the server's"})
+                                       "the server's"}, deadline)
         except OSError:
             pass
         return False
-    send_frame(sock, dict(facts, mac=_mac(secret, SERVER_LABEL, nc, ns)))
+    if admit is not None:
+        try:
+            admit()
+        except ServerRefused as e:
+            try:
+                send_frame(sock, {"error": str(e), "refused": True}, deadline)
+            except OSError:
+                pass
+            raise
+    send_frame(sock, dict(facts, mac=_mac(secret, SERVER_LABEL, nc, ns)), deadline)
     return True
 
 
-def client_handshake(sock, secret, where):
+def client_handshake(sock, secret, where, timeout=None):
     """Client side: prove the secret, check the server's proof; returns the server's facts.
-    AuthenticationError when either proof fails (`where` names the server in messages)."""
-    hello = recv_frame(sock)
-    if hello is None or hello.get("hello") != HELLO:
+    `where` names the server in messages; `timeout` (seconds) bounds the whole exchange. What each failure says is what happened:
+    AuthenticationError: either proof failed, or the peer does not speak this protocol;
+    ServerRefused: the server took the proof but is at one of its limits;
+    Timeout: no greeting, or no answer, before the deadline;
+    BootstrapError: the connection was closed or reset before the handshake ended."""
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+
+    def wait(stage):
+        try:
+            return recv_frame(sock, deadline)
+        except socket.timeout:
+            left = "" if timeout is None else f" within {float(timeout):g} s"
+            raise Timeout(f"{where} did not {stage}{left} (a server too busy to answer, "
+                          f"or something that is not a memory server)") from None
+        except ProtocolError as e:
+            if stage == "greet":
+                raise AuthenticationError(f"{where} is not a pooltensor memory server (what "
+                                          f"it sent is not a control frame: {e})") from None
+            raise
+        except OSError as e:
+            raise BootstrapError(f"{where} reset the connection before the handshake ended "
+                                 f"({e.strerror or e})") from None
+
+    hello = wait("greet")
+    if hello is None:
+        raise BootstrapError(f"{where} closed the connection before greeting (a memory server "
+                             f"does that when it is stopping, or drops the oldest of the "
+                             f"connections still authenticating when too many arrive at "
+                             f"once; anything else may not be a memory server)")
+    if hello.get("hello") != HELLO:
         raise AuthenticationError(f"{where} is not a pooltensor memory server (it did not "
                                   f"greet as one)")
     if hello.get("version") != VERSION:
@@ -201,11 +263,21 @@ def client_handshake(sock, secret, where):
                                   f"{hello.get('version')!r}; this process speaks {VERSION}")
     ns = _nonce(hello, "server greeting")
     nc = secrets.token_bytes(NONCE)
-    send_frame(sock, {"nonce": nc, "mac": _mac(secret, CLIENT_LABEL, ns, nc)})
-    reply = recv_frame(sock)
+    try:
+        send_frame(sock, {"nonce": nc, "mac": _mac(secret, CLIENT_LABEL, ns, nc)}, deadline)
+    except socket.timeout:
+        raise Timeout(f"{where} did not take this process's proof in time") from None
+    except OSError as e:
+        raise BootstrapError(f"{where} closed the connection while authenticating "
+                             f"({e.strerror or e})") from None
+    reply = wait("answer the proof")
     if reply is None:
-        raise AuthenticationError(f"{where} closed the connection while authenticating")
+        raise BootstrapError(f"{where} closed the connection while authenticating (a memory "
+                             f"server under a flood of connections drops the oldest still "
+                             f"authenticating; or it is stopping)")
     if "error" in reply:
+        if reply.get("refused"):
+            raise ServerRefused(f"{where} refused the connection: {reply['error']}")
         raise AuthenticationError(f"{where} refused this process: {reply['error']}")
     mac = reply.pop("mac", None)
     if not isinstance(mac, bytes) or not hmac.compare_digest(

@@ -30,8 +30,7 @@ from .window import LocalMemory, Window, raise_native
 ENV_CONNECT = "POOLTENSOR_CONNECT"
 
 
-class ServerRefused(PooltensorError):
-    """A memory server refused a request (not enough free memory, table full)."""
+ServerRefused = _ctl.ServerRefused     # a server said no: free memory, or one of its limits
 
 
 class _Server:
@@ -54,14 +53,16 @@ class _Server:
         self.sock = sock
         self.lock = threading.Lock()
         try:
-            self.facts = _ctl.client_handshake(sock, secret, f"memory server {address}")
-        except _ctl.AuthenticationError as e:
+            self.facts = _ctl.client_handshake(sock, secret, f"memory server {address}",
+                                               timeout)
+        except PooltensorError as e:        # each says what happened; add where
             sock.close()
-            raise _ctl.AuthenticationError(str(e), rank=rank, host=address) from None
-        except (OSError, _ctl.ProtocolError) as e:
+            raise type(e)(str(e), rank=rank, host=address) from None
+        except (OSError, ValueError) as e:
             sock.close()
             raise BootstrapError(f"memory server {address}: handshake failed: {e}",
                                  rank=rank, host=address) from None
+        sock.settimeout(timeout)             # each request: the handshake left its deadline
         self.ip = sock.getpeername()[0]      # the data path goes where this connection went
         self.data_port = int(self.facts["data_port"])
 

@@ -129,6 +129,32 @@ def test_scalar_types_and_errors(pool):
     np.testing.assert_array_equal(np.asarray(x, dtype=np.float64), ref.astype(np.float64))
 
 
+def _outcome(conv, a):
+    """What conv(a) gives: its value and type, or the exception's type and message; and the
+    warnings it raised."""
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            v = conv(a)
+            out = (type(v), v)
+        except Exception as e:
+            out = (type(e), str(e))
+    return out, [(x.category, str(x.message)) for x in w]
+
+
+def test_conversion_to_python_scalars_matches_numpy(pool):
+    """float(), int(), complex(), operator.index() and bool() of a pool array do what they
+    do to the numpy array (numpy 2: only 0-d arrays convert, size 1 or not)."""
+    import operator
+    for shape in [(), (1,), (1, 1), (1, 1, 1), (2,), (0,), (3, 1)]:
+        for dtype in [np.float64, np.int32, np.int8, np.bool_, np.complex128, np.float16]:
+            ref = (np.arange(int(np.prod(shape))) + 2).astype(dtype).reshape(shape)
+            x = pt.from_numpy(ref)
+            for conv in (float, int, complex, operator.index, bool):
+                assert _outcome(conv, x) == _outcome(conv, ref), (conv, shape, dtype)
+
+
 def test_creation_functions(pool):
     for shape, dtype in [((10, 7), np.float64), ((130,), np.int32), ((3, 0, 2), np.int8),
                          ((), np.complex128), ((33,), np.bool_)]:

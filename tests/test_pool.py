@@ -112,6 +112,37 @@ def test_out_of_memory_then_reuse_after_free(fresh):
     del x
 
 
+def test_huge_requests_fail_at_once(fresh):
+    """A request the pool could never hold is PoolOutOfMemory at once (nothing made per slab
+    first), whatever its size and placement; one numpy itself could never make is numpy's
+    ValueError, word for word."""
+    pool = fresh
+    pool.collect_frees()
+    free0 = pool.free_bytes()
+    cases = [((1 << 36,), {}), (((1 << 20), 1 << 29), {}), ((1 << 62,), {}),
+             ((1 << 62,), {"placement": "interleave"}), ((1 << 62,), {"placement": [1, 2]}),
+             ((1 << 62,), {"placement": "balanced"}), ((1 << 62,), {"placement": "local"}),
+             ((1 << 62,), {"access": "readonly"}), ((1 << 62,), {"access": "private"}),
+             ((1 << 40,), {"access": "private"})]
+    for shape, kw in cases:
+        t0 = time.monotonic()
+        with pytest.raises(pt.PoolOutOfMemory, match="could ever hold") as e:
+            pt.empty(shape, np.uint8, **kw)
+        assert time.monotonic() - t0 < 0.2, (shape, kw)
+        assert e.value.needed == int(np.prod(shape, dtype=object)), e.value.needed
+    for shape, dtype in (((1 << 60,), np.float64), ((1 << 40, 1 << 40), np.uint8),
+                         ((1 << 62, 4), np.int16), ((3, 1 << 62), np.complex128)):
+        with pytest.raises(ValueError) as ref:
+            np.empty(shape, dtype)
+        t0 = time.monotonic()
+        with pytest.raises(ValueError) as e:
+            pt.empty(shape, dtype)
+        assert time.monotonic() - t0 < 0.2
+        assert str(e.value) == str(ref.value) and not isinstance(e.value, MemoryError)
+    assert pool.free_bytes() == free0
+    assert pt.zeros(10)[9] == 0.0                     # the pool is untouched
+
+
 def test_zeros_after_reuse_are_zero(fresh):
     a = pt.full(20 * E, 7.0)
     del a
@@ -221,6 +252,44 @@ def test_init_twice_finalize_and_closed(pool):
         pt.init(members=2)
     with pytest.raises(ValueError, match="already initialized"):
         pt.init(slab_size=128)
+
+
+def test_init_again_must_agree_and_arguments_are_checked(pool):
+    same = dict(members=3, slab_size=SLAB, memory=256 * SLAB, cache_bytes=8 * SLAB,
+                placement="block", materialize_limit=pool.materialize_limit,
+                advanced_limit=pool.advanced_limit, attach=False, timeout=pool.timeout)
+    assert pt.init(**same) is pool and pt.init(members=np.int64(3)) is pool
+    for name, other in [("cache_bytes", 16 * SLAB), ("placement", "interleave"),
+                        ("placement", [1, 2]), ("memory", 512 * SLAB),
+                        ("materialize_limit", 1 << 20), ("advanced_limit", 0),
+                        ("attach", True), ("timeout", pool.timeout + 1)]:
+        with pytest.raises(ValueError, match=rf"already initialized with {name}=.*, not "
+                                             rf"{name}=.*pooltensor\.finalize\(\) first"):
+            pt.init(**{name: other})
+    with pytest.raises(ValueError, match="already initialized without memory servers"):
+        pt.init(connect=["127.0.0.1:1"])
+    # arguments are checked as Python and numpy check theirs (with or without a pool)
+    with pytest.raises(TypeError) as ref:
+        range(2.5)
+    with pytest.raises(TypeError, match=f"members: {ref.value}"):
+        pt.init(members=2.5)
+    cases = [(dict(members="2"), TypeError, "members: 'str' object cannot be interpreted"),
+             (dict(members=0), ValueError, "members must be >= 1"),
+             (dict(cache_bytes=-1), ValueError, "cache_bytes must be >= 0, not -1"),
+             (dict(cache_bytes=1e6), TypeError, "cache_bytes: 'float' object"),
+             (dict(memory=-5), ValueError, "memory must be >= 1"),
+             (dict(memory=1.5e9), TypeError, "memory: 'float' object"),
+             (dict(slab_size=4096.0), TypeError, "slab_size: 'float' object"),
+             (dict(slab_size=-64), ValueError, "positive multiple of 64"),
+             (dict(materialize_limit=-1), ValueError, "materialize_limit must be >= 0"),
+             (dict(advanced_limit=2.0), TypeError, "advanced_limit: 'float' object"),
+             (dict(timeout="5"), TypeError, "timeout must be a number of seconds"),
+             (dict(timeout=-1), ValueError, "timeout must be a positive number"),
+             (dict(attach="yes"), TypeError, "attach must be True, False or None")]
+    for kw, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            pt.init(**kw)
+    assert pt.current() is pool
 
 
 def test_embedded_default_and_finalize_stops_members(pool):

@@ -396,3 +396,20 @@ def test_environment_names_the_servers(server, secret):
                        env=env({"POOLTENSOR_CONNECT": server.address,
                                 "POOLTENSOR_SECRET_FILE": secret}))
     assert p.returncode == 0 and "env client ok tcp" in p.stdout, p.stdout + p.stderr
+
+
+def test_init_again_on_servers_must_name_the_same_servers(server, secret):
+    import pooltensor as pt
+    pt.finalize()
+    pool = pt.init(connect=[server.address], secret_file=secret, memory=4 * MiB,
+                   slab_size=64 << 10, cache_bytes=1 << 20)
+    try:
+        assert pt.init() is pool and pt.init(connect=server.address) is pool
+        with pytest.raises(ValueError, match=r"already initialized with connect=\['127"):
+            pt.init(connect=["127.0.0.1:1"])
+        with pytest.raises(ValueError, match=r"members=2 \(this process and 1 memory server"):
+            pt.init(members=3)
+        with pytest.raises(ValueError, match=r"already initialized with memory=4194304"):
+            pt.init(memory=8 * MiB)
+    finally:
+        pt.finalize()

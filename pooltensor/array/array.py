@@ -8,6 +8,8 @@ indexing and to_numpy() copy. Every access is one-sided: no other process takes 
 Where an element lives: byte b of the array's allocation is in slab b // slab_size, homed on
 ``slab_members[b // slab_size]``.
 """
+import operator
+
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
@@ -516,18 +518,30 @@ class ndarray(NDArrayOperatorsMixin):
         return np.array2string(arr, threshold=threshold)
 
     def __bool__(self):
-        if self.size != 1:
-            raise ValueError("The truth value of an array with more than one element is "
-                             "ambiguous. Use a.any() or a.all()")
-        return bool(self.item())
+        return bool(self._as_numpy_scalar())
+
+    def _as_numpy_scalar(self):
+        """A numpy array standing in for this one in a conversion to a Python scalar: the
+        same dtype, ndim and size class (0, 1 or more elements) and, when it has one
+        element, that element; so float(), int(), complex() and operator.index() raise,
+        warn or convert exactly as the installed numpy does (numpy 2: only 0-d arrays), and
+        bool() too (an empty array, more than one element)."""
+        if self.size == 1:
+            return np.full(self._shape, self.item(), self._dtype)
+        if self.size == 0:
+            return np.empty(self._shape, self._dtype)
+        return np.zeros((2,) + (1,) * (self.ndim - 1), self._dtype)
 
     def __float__(self):
-        return float(self.item())
+        return float(self._as_numpy_scalar())
 
     def __int__(self):
-        return int(self.item())
+        return int(self._as_numpy_scalar())
+
+    def __complex__(self):
+        return complex(self._as_numpy_scalar())
 
     def __index__(self):
-        if self.size != 1 or self._dtype.kind not in "iub":
+        if self.ndim or self._dtype.kind not in "iub":    # refused before any read
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
-        return int(self.item())
+        return operator.index(self._as_numpy_scalar())

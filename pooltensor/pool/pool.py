@@ -30,6 +30,7 @@ A cached copy remembers the version it was fetched at; sync() = flush + barrier 
 (one get of the version range per member) drops the copies whose version moved.
 """
 import mmap
+import operator
 import os
 import sys
 import threading
@@ -61,6 +62,9 @@ MODE_NAME = {v: k for k, v in ACCESS.items()}
 DEFAULT_SLAB = 1 << 20
 DEFAULT_MATERIALIZE = 4 << 30     # to_numpy() refuses above this (bytes)
 DEFAULT_ADVANCED = 64 << 20       # advanced indexing returns numpy up to this, a pool array above
+MAX_BYTES = int(np.iinfo(np.intp).max)    # numpy's own bound on an array's bytes
+TOO_BIG = ("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum "
+           "possible size.")
 
 
 def physical_memory():
@@ -72,7 +76,12 @@ def physical_memory():
 
 
 def check_slab_size(slab_size):
-    s = int(slab_size)
+    """slab_size as an int: TypeError if it is not an integer, ValueError unless a positive
+    multiple of 64."""
+    try:
+        s = operator.index(slab_size)
+    except TypeError as e:
+        raise TypeError(f"slab_size: {e}") from None
     if s < 64 or s % 64:
         raise ValueError(f"slab_size must be a positive multiple of 64 bytes, not {slab_size}")
     return s
@@ -131,7 +140,8 @@ class Pool:
         if memory < S and not client:
             raise ValueError(f"memory per member ({memory} B) is less than one slab ({S} B)")
         self.placement = _placement.check(placement, self.size)
-        self.materialize_limit = int(materialize_limit or DEFAULT_MATERIALIZE)
+        self.materialize_limit = int(materialize_limit if materialize_limit is not None
+                                     else DEFAULT_MATERIALIZE)
         self.advanced_limit = int(advanced_limit if advanced_limit is not None
                                   else DEFAULT_ADVANCED)
         self.timeout = world.timeout
@@ -226,7 +236,10 @@ class Pool:
             raise ValueError(f"access must be one of {tuple(ACCESS)}, not {access!r}")
         heap = ACCESS[access]
         S = self.slab_size
-        n = -(-int(nbytes) // S)
+        nbytes = int(nbytes)
+        if nbytes > MAX_BYTES:             # what numpy says of an array it could never make
+            raise ValueError(TOO_BIG)
+        n = -(-nbytes // S)
         with self._lock:
             if heap == "pv":
                 if self.role == "client":
@@ -236,6 +249,11 @@ class Pool:
                 self._apply(self._pending_pv)
                 self._pending_pv = []
                 a = self._alloc_pv
+                if n > a.nslabs:
+                    raise PoolOutOfMemory(
+                        f"private heap of member {self.me} cannot hold {nbytes} bytes: more "
+                        f"than it could ever hold ({a.nslabs * S} bytes)",
+                        free={self.me: a.nfree * S}, needed=nbytes)
                 hwm = a.hwm
                 runs = a.alloc(n)
                 if runs is None:
@@ -256,11 +274,24 @@ class Pool:
                         "calls (creation is collective): use 'block' (a contiguous part on "
                         "each rank), a member list, or access='private' for this rank alone")
                 free = [self.nslabs[m] - self._used[m] for m in range(self.size)]
+                allowed = policy if isinstance(policy, tuple) else range(self.size)
+                if self.role == "client":
+                    _placement.plan_servers(policy, 0, free)     # policy errors come first
+                # before any per-slab list is made: a request the allowed members could never
+                # hold, or cannot hold now, costs nothing in proportion to its size
+                cap = sum(self.nslabs[m] for m in allowed)
+                if n > cap or n > sum(free[m] for m in allowed):
+                    who = f"members {list(policy)}" if isinstance(policy, tuple) else "the pool"
+                    ever = f": more than {who} could ever hold ({cap * S} bytes)" \
+                        if n > cap else ""
+                    raise PoolOutOfMemory(
+                        f"cannot place {nbytes} bytes ({n} slabs of {S} B) with placement "
+                        f"{policy!r}{ever}", free={m: free[m] * S for m in range(self.size)},
+                        needed=nbytes)
                 if self.role == "client":
                     homes = _placement.plan_servers(policy, n, free)
                 else:
                     homes = _placement.plan(policy, n, free, self.me)
-                allowed = policy if isinstance(policy, tuple) else range(self.size)
                 homes = _placement.spill(homes, free, allowed)
                 if homes is None:
                     raise PoolOutOfMemory(

@@ -5,16 +5,101 @@ or the launcher; a plain script, alone or with member processes it starts), is d
 per process, apart from what a Pool is.
 """
 import atexit
+import math
+import operator
 import os
 import threading
+
+import numpy as np
 
 import collectives
 
 from . import client, spawn
+from . import placement as _placement
 from .pool import DEFAULT_SLAB, Pool, check_slab_size
 
 _pool = None
+_made = {}               # what the pool was made with: argument -> value (resolved)
 _init_lock = threading.Lock()
+# the arguments a second init() must agree on, in the order they are checked
+_AGREE = ("members", "slab_size", "cache_bytes", "placement", "memory", "materialize_limit",
+          "advanced_limit", "attach", "timeout", "connect")
+
+
+def _count(name, v, low):
+    """An integer argument, as Python takes one (operator.index: no float, no str), >= low."""
+    try:
+        n = operator.index(v)
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
+    if n < low:
+        raise ValueError(f"{name} must be >= {low}, not {n}")
+    return n
+
+
+def _check_args(members, slab_size, cache_bytes, placement, memory, materialize_limit,
+                advanced_limit, timeout, attach):
+    """init()'s arguments checked (TypeError/ValueError naming the bad one); the given ones
+    normalized, None kept for the ones not given."""
+    out = {"members": None if members is None else _count("members", members, 1),
+           "slab_size": None if slab_size is None else check_slab_size(slab_size),
+           "placement": placement}
+    for name, v, low in (("cache_bytes", cache_bytes, 0), ("memory", memory, 1),
+                         ("materialize_limit", materialize_limit, 0),
+                         ("advanced_limit", advanced_limit, 0)):
+        out[name] = None if v is None else _count(name, v, low)
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) and \
+                not hasattr(type(timeout), "__float__"):
+            raise TypeError(f"timeout must be a number of seconds, not "
+                            f"{type(timeout).__name__}")
+        timeout = float(timeout)
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
+    out["timeout"] = timeout
+    if attach is not None and not isinstance(attach, (bool, np.bool_)):
+        raise TypeError(f"attach must be True, False or None, not {type(attach).__name__}")
+    out["attach"] = None if attach is None else bool(attach)
+    return out
+
+
+def _made_with(pool, given):
+    """What `pool` was made with: the arguments given, defaults resolved where the pool
+    knows them (None where it does not: memory it was not given)."""
+    attach = given["attach"]
+    if attach is None:
+        attach = os.environ.get("POOLTENSOR_ATTACH", "0") not in ("", "0")
+    return {"members": pool.size, "slab_size": pool.slab_size,
+            "cache_bytes": pool.cache.capacity, "placement": pool.placement,
+            "memory": given["memory"], "materialize_limit": pool.materialize_limit,
+            "advanced_limit": pool.advanced_limit, "attach": attach,
+            "timeout": float(pool.timeout) if pool.timeout is not None else None,
+            "connect": list(pool.world.hosts[1:]) if pool.role == "client" else None}
+
+
+def _agree(pool, given):
+    """ValueError naming the first argument of a second init() that is not what the pool was
+    made with (an argument not given agrees with anything)."""
+    for name in _AGREE:
+        v = given[name]
+        if v is None:
+            continue
+        if name == "placement":
+            v = _placement.check(v, pool.size)
+        elif name == "connect":
+            if pool.role != "client":
+                raise ValueError("pooltensor is already initialized without memory servers; "
+                                 "call pooltensor.finalize() first to start over with them")
+            from collectives import remote
+            v = remote.addresses(v)
+        if v != _made.get(name):
+            was = _made.get(name)
+            was = f"the default {name}" if was is None else f"{name}={was!r}"
+            if name == "members" and pool.role == "client":
+                was += f" (this process and {pool.size - 1} memory server(s))"
+            raise ValueError(f"pooltensor is already initialized with {was}, not {name}="
+                             f"{v!r}; call pooltensor.finalize() first to start over with "
+                             f"other arguments")
 
 
 def _launched():
@@ -29,10 +114,14 @@ def _launched():
     return w is not None and w.size > 1
 
 
-def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", memory=None,
+def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memory=None,
          materialize_limit=None, advanced_limit=None, timeout=None, attach=None,
          connect=None, secret_file=None):
-    """Join or build the pool and return it (later calls return the same pool).
+    """Join or build the pool and return it.
+
+    A later call returns the same pool; an argument it gives that is not what the pool was
+    made with is a ValueError naming it (``pooltensor.finalize()`` first starts over).
+    Sizes are integers (TypeError for a float or a str, ValueError when negative).
 
     Under mpiexec or ``python -m collectives.launch`` every rank is a member (SPMD) and this
     call is collective. In a plain ``python script.py`` the pool has one member, this
@@ -42,7 +131,7 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
     slab_size: bytes per slab (multiple of 64; default 1 MiB). memory: bytes each member
     contributes to each of its heaps (virtual until touched; default RAM / members on the
     host). cache_bytes: this process's slab cache budget (default RAM / 8). placement: the
-    default policy (see pooltensor.placement). materialize_limit: largest to_numpy() in bytes.
+    default policy (see pooltensor.placement; default 'block'). materialize_limit: largest to_numpy() in bytes.
     advanced_limit: largest advanced-indexing result returned as numpy (above: a pool array).
     attach: map the memory of members on this machine and read their slabs in place instead
     of copying them through the cache (default $POOLTENSOR_ATTACH, off: the cache and the
@@ -54,28 +143,21 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
     ``secret_file`` the servers' secret (default $POOLTENSOR_SECRET_FILE, else the file
     ``pooltensor serve`` makes by default). See pooltensor.pool.client.
     """
-    global _pool
+    global _pool, _made
     with _init_lock:
-        args = dict(members=members, slab_size=slab_size, cache_bytes=cache_bytes,
-                    memory=memory, materialize_limit=materialize_limit,
-                    advanced_limit=advanced_limit, attach=attach)
+        given = _check_args(members, slab_size, cache_bytes, placement, memory,
+                            materialize_limit, advanced_limit, timeout, attach)
         if connect is None and members is None and not _launched():
             connect = client.connect_from_env()
+        given["connect"] = connect
         if _pool is not None and not _pool.closed:
-            if connect is not None and _pool.role != "client":
-                raise ValueError("pooltensor is already initialized without memory servers; "
-                                 "call pooltensor.finalize() first")
-            if members is not None and members != _pool.size:
-                raise ValueError(f"pooltensor is already initialized with {_pool.size} "
-                                 f"member(s); call pooltensor.finalize() first")
-            if slab_size is not None and slab_size != _pool.slab_size:
-                raise ValueError(f"pooltensor is already initialized with slab_size "
-                                 f"{_pool.slab_size}; call pooltensor.finalize() first")
+            _agree(_pool, given)
             return _pool
-        if slab_size is not None:
-            check_slab_size(slab_size)
-        kw = {k: v for k, v in args.items() if k != "members"}
-        kw["placement"] = placement
+        members, slab_size, memory = given["members"], given["slab_size"], given["memory"]
+        timeout = given["timeout"]
+        kw = {k: given[k] for k in ("slab_size", "cache_bytes", "memory", "materialize_limit",
+                                    "advanced_limit", "attach")}
+        kw["placement"] = "block" if placement is None else placement
         if connect is not None:
             if _launched():
                 raise ValueError("connect= is for a plain script; under mpiexec or the "
@@ -88,15 +170,13 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
                                 timeout=timeout, **kw)
         elif _launched():
             world = collectives.init(timeout)
-            if members is not None and int(members) != world.size:
+            if members is not None and members != world.size:
                 raise ValueError(f"members={members}, but this SPMD job has {world.size} "
                                  f"ranks (under mpiexec or the launcher every rank is a "
                                  f"member)")
             pool = Pool(world, role="spmd", **kw)
         else:
-            n = 1 if members is None else int(members)
-            if n < 1:
-                raise ValueError(f"members must be >= 1, not {members}")
+            n = 1 if members is None else members
             if n == 1:
                 pool = Pool(collectives.init(timeout), role="plain", **kw)
             else:
@@ -108,6 +188,7 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement="block", m
                     spawn.kill(procs)
                     raise
         _pool = pool
+        _made = _made_with(pool, given)
         atexit.unregister(finalize)
         atexit.register(finalize)      # after collectives' own exit hook: runs before it
         return pool

@@ -17,9 +17,25 @@ Two channels, one port each:
   registrations in its own threads, checking key, bounds and access on every request and
   accepting only connections that prove the same secret. This Python never sees those bytes.
 
+Limits, so that no peer can take the server from the others (each can be set through
+$POOLTENSOR_SERVE_<NAME>, see limits_from_env):
+
+- a connection has handshake_timeout seconds for its whole handshake (a deadline, not a
+  timeout per recv: trickling bytes does not extend it);
+- connections still authenticating have a budget of their own (max_pending); past it the
+  oldest of them is dropped for the newest, so a flood of them never locks clients out;
+- authenticated connections: max_clients at once, at most max_per_host from one address;
+- each client may hold NATIVE_SEGMENTS // max_clients allocations and NATIVE_KEYS //
+  max_clients registrations: its share of the native tables, so that every client can
+  always get its own whatever the others do; bytes are bounded by --memory.
+A client at a limit is told which one; the others are not affected.
+
 A malformed or hostile control frame closes that connection only; the server stays up.
-One line per connect and disconnect goes to stderr.
+One line per connect and disconnect goes to stderr (the logging module, one handler: each
+line is written whole, whatever the threads do).
 """
+import logging
+import math
 import os
 import re
 import selectors
@@ -34,9 +50,15 @@ from collectives import control as _ctl
 from collectives.rendezvous.bootstrap import parse_address
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-MAX_ALLOCS = 64          # per client: the native tables hold 256 segments, 1024 keys in all
-MAX_CLIENTS = 64         # control connections at once (authenticated or not)
-AUTH_TIMEOUT = 10.0      # seconds a new connection has to authenticate
+NATIVE_SEGMENTS = 256    # the native engine's tables: segments and registrations (keys)
+NATIVE_KEYS = 1024
+AUTH_TIMEOUT = 10.0      # seconds a new connection has for its whole handshake
+MAX_CLIENTS = 32         # authenticated control connections at once
+MAX_PER_HOST = 16        # ... of which from one address
+MAX_PENDING = 128        # connections still authenticating (then the oldest is dropped)
+ENV_LIMIT = "POOLTENSOR_SERVE_"
+_LIMITS = {"handshake_timeout": AUTH_TIMEOUT, "max_clients": MAX_CLIENTS,
+           "max_per_host": MAX_PER_HOST, "max_pending": MAX_PENDING}
 _ACCESS = {"r": 1, "rw": 3}
 _SIZE = re.compile(r"^([0-9]*\.?[0-9]+(?:e[0-9]+)?)([kmgt]?)(i?)(b?)$")
 
@@ -65,6 +87,77 @@ def human(n):
         n /= 1024
 
 
+def check_limits(handshake_timeout=AUTH_TIMEOUT, max_clients=MAX_CLIENTS,
+                 max_per_host=MAX_PER_HOST, max_pending=MAX_PENDING, *, names=None):
+    """The server's limits, checked (ValueError/TypeError naming the bad one, by its name in
+    `names` when given), as a dict."""
+    def name(n):
+        return (names or {}).get(n, n)
+    out = {}
+    for n, v in (("max_clients", max_clients), ("max_per_host", max_per_host),
+                 ("max_pending", max_pending)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name(n)} must be an integer, not {type(v).__name__}")
+        out[n] = v
+    if not 1 <= max_clients <= NATIVE_SEGMENTS:
+        raise ValueError(f"{name('max_clients')} must be 1..{NATIVE_SEGMENTS} (each client "
+                         f"needs an entry of the native segment table), not {max_clients}")
+    for n in ("max_per_host", "max_pending"):
+        if out[n] < 1:
+            raise ValueError(f"{name(n)} must be >= 1, not {out[n]}")
+    if isinstance(handshake_timeout, bool) or not isinstance(handshake_timeout, (int, float)):
+        raise TypeError(f"{name('handshake_timeout')} must be a number of seconds, not "
+                        f"{type(handshake_timeout).__name__}")
+    if not (math.isfinite(handshake_timeout) and handshake_timeout > 0):
+        raise ValueError(f"{name('handshake_timeout')} must be a positive number of seconds, "
+                         f"not {handshake_timeout}")
+    out["handshake_timeout"] = float(handshake_timeout)
+    return out
+
+
+def limits_from_env(environ=None):
+    """The limits, each taken from $POOLTENSOR_SERVE_<NAME> when set (HANDSHAKE_TIMEOUT
+    seconds; MAX_CLIENTS, MAX_PER_HOST, MAX_PENDING counts), else its default; ValueError
+    naming the variable for a value that is not one."""
+    environ = os.environ if environ is None else environ
+    kw = {}
+    for name, default in _LIMITS.items():
+        var = ENV_LIMIT + name.upper()
+        text = environ.get(var, "").strip()
+        if not text:
+            continue
+        try:
+            kw[name] = float(text) if isinstance(default, float) else int(text)
+        except ValueError:
+            raise ValueError(f"{var}={text!r} is not a "
+                             f"{'number' if isinstance(default, float) else 'whole number'}"
+                             ) from None
+    return check_limits(**kw, names={n: ENV_LIMIT + n.upper() for n in _LIMITS})
+
+
+def _native_text(e):
+    """What a native error (or MemoryError) says, without the status tuple."""
+    if isinstance(e, _native.Error) and len(e.args) >= 3:
+        return str(e.args[2])
+    return str(e) or type(e).__name__
+
+
+_logger = logging.getLogger("pooltensor.serve")
+
+
+def stderr_log():
+    """The server's log function: one line per call on stderr, each written whole (one
+    logging handler, which holds its lock around each write), prefixed 'pooltensor serve: '."""
+    if not any(getattr(h, "pooltensor_serve", False) for h in _logger.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("pooltensor serve: %(message)s"))
+        h.pooltensor_serve = True
+        _logger.addHandler(h)
+        _logger.setLevel(logging.INFO)
+        _logger.propagate = False
+    return _logger.info
+
+
 class _Hostile(Exception):
     """A control message that breaks the protocol: the connection is closed."""
 
@@ -80,33 +173,47 @@ class _Alloc:
 class _Client:
     """One control connection and what it was given."""
 
-    def __init__(self, sock, addr):
-        self.sock, self.addr = sock, f"{addr[0]}:{addr[1]}"
+    def __init__(self, sock, addr, seq):
+        self.sock, self.host, self.addr = sock, addr[0], f"{addr[0]}:{addr[1]}"
+        self.seq = seq
         self.allocs = {}
         self.next_id = 1
-        self.authenticated = False
+        self.state = "pending"         # -> "authed", or "dropped" (evicted while pending)
+
+    @property
+    def authenticated(self):
+        return self.state == "authed"
+
+    def nkeys(self):
+        return sum(len(a.keys) for a in self.allocs.values())
 
 
 class Server:
-    """A memory server: Server(memory, host, port, secret).start(), then stop()."""
+    """A memory server: Server(memory, host, port, secret).start(), then stop(). The limits
+    (keywords of check_limits) are described in the module docstring."""
 
     def __init__(self, memory, host="127.0.0.1", port=7000, secret=b"", data_port=0,
-                 log=None):
+                 log=None, **limits):
         if len(secret) < _ctl.MIN_SECRET:
             raise ValueError(f"the secret must be at least {_ctl.MIN_SECRET} bytes")
         self.memory = max(PAGE, int(memory) // PAGE * PAGE)   # whole pages: what segments hold
         self.host, self.port, self.data_port = host, int(port), int(data_port)
+        self.limits = check_limits(**limits)
+        n = self.limits["max_clients"]
+        self.limits["allocations"] = NATIVE_SEGMENTS // n     # each client's share
+        self.limits["registrations"] = NATIVE_KEYS // n
         self._secret = bytes(secret)
-        self._log = log or (lambda line: print(f"pooltensor serve: {line}", file=sys.stderr,
-                                               flush=True))
+        self._log = log or stderr_log()
         self._lock = threading.Lock()
         self._used = 0
         self._clients = set()
+        self._seq = 0
         self._stop = threading.Event()
         self._ctx = None
         self._listener = None
         self.counters = {"connections": 0, "auth_failures": 0, "bad_frames": 0,
-                         "allocations": 0, "refused": 0}
+                         "allocations": 0, "refused": 0, "dropped": 0, "timed_out": 0,
+                         "over_limit": 0}
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self):
@@ -124,7 +231,7 @@ class Server:
             ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 ls.bind((numeric, self.port))
-                ls.listen(64)
+                ls.listen(max(64, self.limits['max_pending']))
             except BaseException:
                 ls.close()
                 raise
@@ -153,21 +260,53 @@ class Server:
                     sock, addr = self._listener.accept()
                 except OSError:
                     continue
-                with self._lock:
-                    full = len(self._clients) >= MAX_CLIENTS
-                if full:
-                    self._log(f"{addr[0]}:{addr[1]} refused: {MAX_CLIENTS} connections "
-                              f"already open")
-                    sock.close()
-                    continue
-                client = _Client(sock, addr)
-                with self._lock:
-                    self._clients.add(client)
-                    self.counters["connections"] += 1
-                threading.Thread(target=self._serve_client, args=(client,), daemon=True,
-                                 name=f"client {client.addr}").start()
+                self._accepted(sock, addr)
         finally:
             sel.close()
+
+    def _accepted(self, sock, addr):
+        """Start serving a new connection. Connections still authenticating have a budget
+        of their own: when it is full, the oldest of them is dropped for this one."""
+        victim = None
+        with self._lock:
+            pending = [c for c in self._clients if c.state == "pending"]
+            if len(pending) >= self.limits["max_pending"]:
+                victim = min(pending, key=lambda c: c.seq)
+                victim.state = "dropped"
+                self.counters["dropped"] += 1
+            self._seq += 1
+            client = _Client(sock, addr, self._seq)
+            self._clients.add(client)
+            self.counters["connections"] += 1
+        if victim is not None:
+            try:
+                victim.sock.shutdown(socket.SHUT_RDWR)    # its thread sees the end and leaves
+            except OSError:
+                pass
+        try:
+            threading.Thread(target=self._serve_client, args=(client,), daemon=True,
+                             name=f"client {client.addr}").start()
+        except RuntimeError:                      # no thread to be had: refuse this one
+            with self._lock:
+                self._clients.discard(client)
+            sock.close()
+
+    def _admit(self, c):
+        """The client proved the secret: take it, or ServerRefused naming the limit."""
+        lim = self.limits
+        with self._lock:
+            if c.state != "pending":
+                raise _ctl.ServerRefused("dropped while authenticating")
+            authed = [x for x in self._clients if x.state == "authed"]
+            if len(authed) >= lim["max_clients"]:
+                self.counters["over_limit"] += 1
+                raise _ctl.ServerRefused(f"at most {lim['max_clients']} client(s) at once, "
+                                         f"and {len(authed)} are connected")
+            if sum(1 for x in authed if x.host == c.host) >= lim["max_per_host"]:
+                self.counters["over_limit"] += 1
+                raise _ctl.ServerRefused(f"at most {lim['max_per_host']} connections from "
+                                         f"{c.host} at once")
+            c.state = "authed"
 
     def stop(self):
         """Stop accepting, drop every client (freeing what they hold), stop the engine."""
@@ -198,17 +337,18 @@ class Server:
     # -- one client -----------------------------------------------------------------------------
     def _serve_client(self, c):
         why = "closed the connection"
+        timeout = self.limits["handshake_timeout"]
         try:
             _ctl.keepalive(c.sock)
-            c.sock.settimeout(AUTH_TIMEOUT)
+            deadline = time.monotonic() + timeout
             facts = {"memory": self.memory, "free": self.free, "data_port": self.data_port,
                      "pid": os.getpid(), "host": socket.gethostname()}
-            if not _ctl.server_handshake(c.sock, self._secret, facts):
+            if not _ctl.server_handshake(c.sock, self._secret, facts, deadline,
+                                         lambda: self._admit(c)):
                 with self._lock:
                     self.counters["auth_failures"] += 1
                 self._log(f"{c.addr} refused: authentication failed (wrong secret)")
                 return
-            c.authenticated = True
             c.sock.settimeout(None)
             self._log(f"{c.addr} connected ({human(self.free)} free)")
             while not self._stop.is_set():
@@ -218,18 +358,8 @@ class Server:
                 _ctl.send_frame(c.sock, self._request(c, msg))
             if self._stop.is_set():
                 why = "server stopping"
-        except (_ctl.ProtocolError, _Hostile) as e:
-            with self._lock:
-                self.counters["bad_frames"] += 1
-            why = f"bad frame: {e}"
-            if not c.authenticated:
-                self._log(f"{c.addr} refused: {why}")
-        except socket.timeout:
-            why = "timed out"
-            if not c.authenticated:
-                self._log(f"{c.addr} refused: did not authenticate within {AUTH_TIMEOUT:g} s")
-        except OSError as e:
-            why = f"connection lost ({e.strerror or e})"
+        except Exception as e:
+            why = self._ended(c, e, timeout)
         finally:
             try:
                 c.sock.close()
@@ -246,6 +376,31 @@ class Server:
                 self._log(f"{c.addr} disconnected: {why}; freed {n} allocation(s), "
                           f"{human(freed)} ({human(self.free)} free)")
 
+    def _ended(self, c, e, timeout):
+        """Count and log why connection `c` ended with `e`; returns the reason."""
+        if c.state == "dropped":
+            self._log(f"{c.addr} dropped: the oldest of {self.limits['max_pending']} "
+                      f"connections still authenticating, for a newer one")
+            return "dropped"
+        if isinstance(e, _ctl.ServerRefused):
+            self._log(f"{c.addr} refused: {e}")
+            return "refused"
+        if isinstance(e, (_ctl.ProtocolError, _Hostile)):
+            with self._lock:
+                self.counters["bad_frames"] += 1
+            if not c.authenticated:
+                self._log(f"{c.addr} refused: bad frame: {e}")
+            return f"bad frame: {e}"
+        if isinstance(e, socket.timeout):
+            if not c.authenticated:
+                with self._lock:
+                    self.counters["timed_out"] += 1
+                self._log(f"{c.addr} refused: did not authenticate within {timeout:g} s")
+            return "timed out"
+        if isinstance(e, OSError):
+            return f"connection lost ({e.strerror or e})"
+        raise e
+
     def _request(self, c, msg):
         op = msg.get("op")
         if op == "alloc":
@@ -260,7 +415,8 @@ class Server:
             a = c.allocs.get(aid)
             if a is None:
                 return {"ok": False, "error": f"no allocation {aid} on this connection"}
-            return self._register(a, access)
+            full = self._key_limit(c)
+            return full or self._register(a, access)
         if op == "free":
             aid = msg.get("id")
             if not isinstance(aid, int):
@@ -276,15 +432,23 @@ class Server:
                 counters = dict(self.counters)
             return {"ok": True, "memory": self.memory, "free": self.free, "clients": clients,
                     "control": counters,
-                    "allocations": len(c.allocs), "data_port": self.data_port,
+                    "allocations": len(c.allocs), "registrations": c.nkeys(),
+                    "limits": dict(self.limits), "data_port": self.data_port,
                     "tcp": self._ctx.tcp_stats() if self._ctx is not None else {}}
         raise _Hostile(f"unknown op {op!r}")
 
     def _alloc(self, c, size, access):
         if size <= 0:
             return {"ok": False, "error": f"size must be positive, not {size}"}
-        if len(c.allocs) >= MAX_ALLOCS:
-            return {"ok": False, "error": f"at most {MAX_ALLOCS} allocations per client"}
+        limit = self.limits["allocations"]
+        if len(c.allocs) >= limit:
+            with self._lock:
+                self.counters["over_limit"] += 1
+            return {"ok": False, "error": f"at most {limit} allocations per client, and this "
+                                          f"connection holds {len(c.allocs)}: free one first"}
+        full = self._key_limit(c)
+        if full:
+            return full
         rounded = -(-size // PAGE) * PAGE
         with self._lock:
             free = self.memory - self._used
@@ -302,7 +466,7 @@ class Server:
                 self._used -= rounded
             return {"ok": False, "free": self.free,
                     "error": f"cannot allocate {size} bytes: the server's memory or segment "
-                             f"table is exhausted ({e})"}
+                             f"table is exhausted ({_native_text(e)})"}
         a = _Alloc(c.next_id, seg, rounded)
         c.next_id += 1
         reply = self._register(a, access)
@@ -315,11 +479,23 @@ class Server:
         reply.update(id=a.id, size=size, data_port=self.data_port)
         return reply
 
+    def _key_limit(self, c):
+        """The refusal for a client that holds its share of registrations, else None."""
+        limit, held = self.limits["registrations"], c.nkeys()
+        if held < limit:
+            return None
+        with self._lock:
+            self.counters["over_limit"] += 1
+        return {"ok": False, "error": f"at most {limit} registrations per client (keys: one "
+                                      f"per allocation and one per register), and this "
+                                      f"connection holds {held}"}
+
     def _register(self, a, access):
         try:
             key = self._ctx.register(memoryview(a.seg), _ACCESS[access])
         except _native.Error as e:
-            return {"ok": False, "error": f"the server's registration table is full ({e})"}
+            return {"ok": False, "error": f"the server's registration table is full "
+                                          f"({_native_text(e)})"}
         a.keys.append(key)
         return {"ok": True, "key": key}
 
@@ -347,13 +523,15 @@ class Server:
             self._used -= a.size
 
 
-def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0):
+def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, **limits):
     """Run a memory server until SIGTERM/SIGINT; returns the exit status (0 on a clean stop).
 
     Secret: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the default path
-    (collectives.control.default_secret_path()), made there (mode 0600) if missing."""
-    log = (lambda line: print(f"pooltensor serve: {line}", file=sys.stderr, flush=True))
+    (collectives.control.default_secret_path()), made there (mode 0600) if missing.
+    Limits: `limits` (keywords of check_limits), else limits_from_env()."""
+    log = stderr_log()
     host, port = parse_address(listen, "--listen")
+    limits = dict(limits_from_env(), **limits)
     path = _ctl.secret_path(secret_file)
     if path is None:
         path = _ctl.default_secret_path()
@@ -362,7 +540,7 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0):
             log(f"made a new secret at {path} (mode 0600): give clients a copy "
                 f"(init(connect=..., secret_file=...) or {_ctl.ENV_SECRET})")
     secret = _ctl.read_secret(path)
-    server = Server(memory, host, port, secret, data_port, log).start()
+    server = Server(memory, host, port, secret, data_port, log, **limits).start()
     stopping = []
 
     def on_signal(signum, frame):
