@@ -9,7 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static uint64_t random_nonce(void)
 {

@@ -9,7 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static void mark_lost(pt_ctx_t *ctx, int r)
 {

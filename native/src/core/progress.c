@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static void req_unref(pt_req_t *req)
 {

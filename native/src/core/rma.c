@@ -10,8 +10,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "tcp_proto.h"
+#include "core/internal.h"
+#include "transport/tcp/tcp_proto.h"
 
 int pt__open_peer_fd(int32_t pid, int32_t fd, int *writable);
 

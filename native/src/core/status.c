@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static _Thread_local int last_errno;
 

@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* Large segments are mapped at a 2 MiB-aligned address and advised for transparent huge pages:
  * where the system allows them for shared memory (shmem_enabled = advise), a stream over a

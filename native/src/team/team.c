@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define PT_STAGE_HDR 4096
 #define PT_TEAM_MAX 512

@@ -3,7 +3,7 @@
  * by the tests. Not a general crypto library: no streaming API beyond what HMAC needs. */
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 typedef struct {
     uint32_t h[8];

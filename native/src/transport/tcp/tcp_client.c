@@ -22,7 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcp_client.h"
+#include "transport/tcp/tcp_client.h"
 
 /* ---- sending ---- */
 

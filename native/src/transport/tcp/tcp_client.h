@@ -3,7 +3,7 @@
 #ifndef PT_TCP_CLIENT_H
 #define PT_TCP_CLIENT_H
 
-#include "tcp_proto.h"
+#include "transport/tcp/tcp_proto.h"
 
 typedef struct pt_tcp_conn {
     pt_ctx_t *ctx;

@@ -9,7 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "tcp_proto.h"
+#include "transport/tcp/tcp_proto.h"
 
 int pt__tcp_tune(int fd, double slice)
 {

@@ -67,7 +67,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define PT_TCP_MAGIC 0x31545450u
 #define PT_TCP_VERSION 1

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcp_client.h"
+#include "transport/tcp/tcp_client.h"
 
 /* Make the receiver look at `reading` again (lock held). */
 void pt__tcp_kick_locked(pt_tcp_conn_t *c)

@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcp_proto.h"
+#include "transport/tcp/tcp_proto.h"
 
 typedef struct pt_tcp_sconn {
     struct pt_tcp_server *srv;
