@@ -92,18 +92,18 @@ static void peer_unmap(pt_peer_t *p)
     for (int s = 0; s < PT_MAX_SEGS; s++) {
         pt_map_t *m = atomic_load(&p->maps[s]);
         if (m) {
-            munmap(m->base, m->len);
+            pt_plat_segment_unmap(m->base, m->len);
             free(m);
         }
     }
     for (pt_map_t *m = p->retired; m;) {
         pt_map_t *next = m->older;
-        munmap(m->base, m->len);
+        pt_plat_segment_unmap(m->base, m->len);
         free(m);
         m = next;
     }
     if (p->ctrl)
-        munmap(p->ctrl, p->ctrl_len);
+        pt_plat_segment_unmap(p->ctrl, p->ctrl_len);
     if (p->pidfd >= 0)
         close(p->pidfd);
 }
@@ -133,20 +133,6 @@ void pt_ctx_addr(const pt_ctx_t *ctx, pt_addr_t *out)
     out->ctrl_len = pt_segment_len(ctx->ctrl_seg);
 }
 
-/* Open a peer's fd through /proc; write access when it can be had, else read-only. */
-int pt__open_peer_fd(int32_t pid, int32_t fd, int *writable)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)fd);
-    int f = open(path, O_RDWR | O_CLOEXEC);
-    *writable = 1;
-    if (f < 0 && (errno == EACCES || errno == EROFS)) {
-        f = open(path, O_RDONLY | O_CLOEXEC);
-        *writable = 0;
-    }
-    return f;
-}
-
 pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
 {
     if (rank < 0 || rank >= ctx->size || !addr || addr->ctrl_len < sizeof(pt_ctrl_t))
@@ -154,18 +140,15 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
     pt_peer_t *p = &ctx->peers[rank];
     if (p->connected)
         return PT_OK;
-    int writable;
-    int fd = pt__open_peer_fd(addr->pid, addr->ctrl_fd, &writable);
-    if (fd < 0)
-        return errno == ENOENT || errno == ESRCH ? PT_ERR_PEER_LOST : pt__sys();
     /* Barrier words live in the root's block, so every block is mapped writable. */
-    void *base = mmap(NULL, addr->ctrl_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (base == MAP_FAILED)
-        return pt__sys();
+    void *base;
+    pt_status_t st = pt_plat_segment_map(addr->pid, addr->ctrl_fd, addr->ctrl_len, 1, &base,
+                                         NULL);
+    if (st != PT_OK)
+        return st;
     pt_ctrl_t *c = base;
     if (c->magic != PT_CTRL_MAGIC || c->pid != addr->pid) {
-        munmap(base, addr->ctrl_len);
+        pt_plat_segment_unmap(base, addr->ctrl_len);
         return PT_ERR_INVALID;
     }
     p->pid = addr->pid;

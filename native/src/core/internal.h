@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "platform/platform.h"
 #include "pt.h"
 
 #define PT_CTRL_MAGIC 0x70746374726c3031ULL
@@ -120,9 +121,6 @@ struct pt_ctx {
     struct pt_tcp_server *server;
 };
 
-pt_status_t pt__sys(void);
-/* mmap(MAP_SHARED) of fd, 2 MiB-aligned and advised for huge pages when len allows it. */
-void *pt__map_shared(int fd, size_t len, int prot);             /* records errno, returns PT_ERR_SYS */
 pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
                         uint8_t **ptr);
 double pt__now(void);

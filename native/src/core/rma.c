@@ -13,8 +13,6 @@
 #include "core/internal.h"
 #include "transport/tcp/tcp_proto.h"
 
-int pt__open_peer_fd(int32_t pid, int32_t fd, int *writable);
-
 typedef struct {
     int seg;          /* segment slot, or -1 for cross-memory attach */
     uint64_t where;   /* offset in the segment, or address in the target */
@@ -102,22 +100,14 @@ static pt_status_t peer_map(pt_ctx_t *ctx, int rank, int s, pt_map_t **out)
             m = nm;
         } else {
             int writable;
-            int fd = pt__open_peer_fd(p->pid, p->ctrl->segs[s].fd, &writable);
-            if (fd < 0) {
-                st = (errno == ENOENT || errno == ESRCH) ? PT_ERR_PEER_LOST : pt__sys();
-                goto out;
-            }
             size_t len = p->ctrl->segs[s].len;
-            int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-            void *base = pt__map_shared(fd, len, prot);
-            close(fd);
-            if (base == MAP_FAILED) {
-                st = pt__sys();
+            void *base;
+            st = pt_plat_segment_map(p->pid, p->ctrl->segs[s].fd, len, 0, &base, &writable);
+            if (st != PT_OK)
                 goto out;
-            }
             pt_map_t *nm = calloc(1, sizeof(*nm));
             if (!nm) {
-                munmap(base, len);
+                pt_plat_segment_unmap(base, len);
                 st = PT_ERR_NOMEM;
                 goto out;
             }

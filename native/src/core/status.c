@@ -1,4 +1,4 @@
-/* Status strings, errno capture, clocks and futexes shared by the whole data path. */
+/* Status strings, clocks and futexes shared by the whole data path. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include "core/internal.h"
-
-static _Thread_local int last_errno;
 
 const char *pt_status_str(pt_status_t st)
 {
@@ -32,14 +30,6 @@ const char *pt_status_str(pt_status_t st)
     case PT_ERR_AUTH: return "authentication failed: the peer holds a different secret";
     }
     return "unknown status";
-}
-
-int pt_last_errno(void) { return last_errno; }
-
-pt_status_t pt__sys(void)
-{
-    last_errno = errno;
-    return PT_ERR_SYS;
 }
 
 double pt__now(void)

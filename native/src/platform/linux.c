@@ -1,13 +1,19 @@
-/* Segments: page-aligned anonymous shared memory (memfd). A memfd has no name in /dev/shm, so
+/* The Linux profile of platform.h.
+ *
+ * Segments: page-aligned anonymous shared memory (memfd). A memfd has no name in /dev/shm, so
  * nothing outlives the processes that hold it, even after SIGKILL. Same-host peers map it
  * through /proc/<pid>/fd/<fd>. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "platform/platform.h"
+
+/* ---- segments ---- */
 
 /* Large segments are mapped at a 2 MiB-aligned address and advised for transparent huge pages:
  * where the system allows them for shared memory (shmem_enabled = advise), a stream over a
@@ -15,7 +21,7 @@
  * ignored. Peers map segments through the same function. */
 #define PT_HUGE (2u << 20)
 
-void *pt__map_shared(int fd, size_t len, int prot)
+static void *map_shared(int fd, size_t len, int prot)
 {
     if (len < PT_HUGE)
         return mmap(NULL, len, prot, MAP_SHARED, fd, 0);
@@ -37,55 +43,66 @@ void *pt__map_shared(int fd, size_t len, int prot)
     return p;
 }
 
-struct pt_segment {
-    void *base;
-    size_t len;
-    int fd;
-};
-
-pt_status_t pt_segment_create(size_t len, pt_segment_t **out)
+pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out)
 {
-    if (len == 0 || !out)
-        return PT_ERR_INVALID;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    len = (len + page - 1) / page * page;
-    pt_segment_t *seg = calloc(1, sizeof(*seg));
-    if (!seg)
-        return PT_ERR_NOMEM;
     pt_status_t st;
-    seg->fd = memfd_create("pooltensor", MFD_CLOEXEC);
-    if (seg->fd < 0) {
-        st = pt__sys();
-        goto err_free;
-    }
-    if (ftruncate(seg->fd, (off_t)len) != 0) {
+    int fd = memfd_create("pooltensor", MFD_CLOEXEC);
+    if (fd < 0)
+        return pt__sys();
+    if (ftruncate(fd, (off_t)len) != 0) {
         st = pt__sys();
         goto err_close;
     }
-    seg->base = pt__map_shared(seg->fd, len, PROT_READ | PROT_WRITE);
-    if (seg->base == MAP_FAILED) {
+    void *base = map_shared(fd, len, PROT_READ | PROT_WRITE);
+    if (base == MAP_FAILED) {
         st = errno == ENOMEM ? PT_ERR_NOMEM : pt__sys();
         goto err_close;
     }
-    seg->len = len;
-    *out = seg;
+    out->base = base;
+    out->len = len;
+    out->handle = fd;
     return PT_OK;
 err_close:
-    close(seg->fd);
-err_free:
-    free(seg);
+    close(fd);
     return st;
 }
 
-void pt_segment_destroy(pt_segment_t *seg)
+void pt_plat_segment_destroy(pt_plat_segment_t *seg)
 {
-    if (!seg)
-        return;
     munmap(seg->base, seg->len);
-    close(seg->fd);
-    free(seg);
+    close(seg->handle);
 }
 
-void *pt_segment_base(const pt_segment_t *seg) { return seg->base; }
-size_t pt_segment_len(const pt_segment_t *seg) { return seg->len; }
-int pt_segment_fd(const pt_segment_t *seg) { return seg->fd; }
+/* Open a peer's fd through /proc; write access when it can be had, else read-only. */
+static int open_peer_fd(int32_t pid, int32_t fd, int *writable)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)fd);
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    *writable = 1;
+    if (f < 0 && (errno == EACCES || errno == EROFS)) {
+        f = open(path, O_RDONLY | O_CLOEXEC);
+        *writable = 0;
+    }
+    return f;
+}
+
+pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int write,
+                                void **base_out, int *writable_out)
+{
+    int writable;
+    int fd = open_peer_fd(pid, handle, &writable);
+    if (fd < 0)
+        return errno == ENOENT || errno == ESRCH ? PT_ERR_PEER_LOST : pt__sys();
+    int prot = PROT_READ | (write || writable ? PROT_WRITE : 0);
+    void *base = map_shared(fd, len, prot);
+    close(fd);
+    if (base == MAP_FAILED)
+        return pt__sys();
+    *base_out = base;
+    if (writable_out)
+        *writable_out = writable;
+    return PT_OK;
+}
+
+void pt_plat_segment_unmap(void *base, size_t len) { munmap(base, len); }

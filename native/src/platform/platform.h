@@ -1,0 +1,44 @@
+/* What differs between operating systems, behind one small interface. The core, the team
+ * engine and the transports call these instead of system calls of their own. A profile
+ * implements all of it and is chosen at build time: linux.c today (memfd, futex, eventfd, pidfd,
+ * cross-memory attach). Nothing here knows of contexts, peers or transports.
+ *
+ * A call that fails with PT_ERR_SYS has recorded errno (pt__sys) for pt_last_errno().
+ */
+#ifndef PT_PLATFORM_H
+#define PT_PLATFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pt.h"
+
+/* ---- errors (errno.c, shared by every profile) ---- */
+
+/* Record errno for pt_last_errno() and return PT_ERR_SYS: right after a failed system call. */
+pt_status_t pt__sys(void);
+
+/* ---- shareable segments ---- */
+
+/* Shared memory that a same-host peer maps knowing only our pid and the handle. Linux: a
+ * memfd (no name in /dev/shm, so nothing outlives the processes that hold it, even after
+ * SIGKILL), which peers open through /proc/<pid>/fd/<handle>. */
+typedef struct {
+    void *base;
+    size_t len;
+    int handle;
+} pt_plat_segment_t;
+
+/* len bytes (a multiple of the page size), mapped read-write; large ones 2 MiB-aligned and
+ * advised for transparent huge pages. */
+pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out);
+void pt_plat_segment_destroy(pt_plat_segment_t *seg);
+/* Map len bytes of segment `handle` of process pid, placed as pt_plat_segment_create places
+ * ours. write: read-write or fail; else read-write where the system lets us, read-only
+ * otherwise (*writable_out, may be NULL, says which). PT_ERR_PEER_LOST when the process or
+ * the segment is gone. */
+pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int write,
+                                void **base_out, int *writable_out);
+void pt_plat_segment_unmap(void *base, size_t len);
+
+#endif
