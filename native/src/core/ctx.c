@@ -284,7 +284,7 @@ pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, dou
     if (atomic_fetch_add(&c->bar_count, 1) + 1 == (uint32_t)n) {
         atomic_store(&c->bar_count, 0);
         atomic_fetch_add_explicit(&c->bar_gen, 1, memory_order_release);
-        pt__futex_wake(&c->bar_gen, 1);
+        pt_plat_wake(&c->bar_gen, 1);
         return PT_OK;
     }
     double start = pt__now(), spin = pt__spin_seconds();
@@ -303,6 +303,6 @@ pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, dou
                 return PT_ERR_PEER_LOST;
         if (timeout >= 0 && now - start > timeout)
             return PT_ERR_TIMEOUT;
-        pt__futex_wait(&c->bar_gen, gen, 0.02, 1);
+        pt_plat_wait(&c->bar_gen, gen, 0.02, 1);
     }
 }

@@ -67,7 +67,7 @@ typedef struct {
 } pt_peer_t;
 
 struct pt_req {
-    _Atomic uint32_t done;                /* futex word */
+    _Atomic uint32_t done;                /* waiters sleep on it (pt_plat_wait) */
     _Atomic int refs;
     pt_status_t status;
     int is_put;
@@ -124,8 +124,6 @@ struct pt_ctx {
 pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
                         uint8_t **ptr);
 double pt__now(void);
-int pt__futex_wait(_Atomic uint32_t *addr, uint32_t val, double timeout, int shared);
-void pt__futex_wake(_Atomic uint32_t *addr, int shared);
 /* Spin briefly, then block: returns once *addr != val, or at the deadline (returns 0). */
 double pt__spin_seconds(void);
 /* Called while polling: after a few microseconds, give the core to whoever else is runnable

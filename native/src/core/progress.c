@@ -1,6 +1,6 @@
 /* Asynchronous requests: a queue served by the context's progress threads, so a get_async or
  * put_async returns at once and completes off the calling thread. Waiters poll briefly, then
- * block on the request's futex word with a timeout. */
+ * block on the request's done word (pt_plat_wait) with a timeout. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -34,7 +34,7 @@ static void *progress_main(void *arg)
                           ? pt_put(ctx, req->rank, req->key, req->off, req->buf, req->len)
                           : pt_get(ctx, req->rank, req->key, req->off, req->buf, req->len);
         atomic_store_explicit(&req->done, 1, memory_order_release);
-        pt__futex_wake(&req->done, 0);
+        pt_plat_wake(&req->done, 0);
         req_unref(req);
     }
 }
@@ -140,7 +140,7 @@ pt_status_t pt_req_wait(pt_req_t *req, double timeout)
         if (timeout >= 0 && el >= timeout)
             return PT_ERR_TIMEOUT;
         double slice = timeout < 0 ? 0.1 : timeout - el;
-        pt__futex_wait(&req->done, 0, slice > 0.1 ? 0.1 : slice, 0);
+        pt_plat_wait(&req->done, 0, slice > 0.1 ? 0.1 : slice, 0);
     }
 }
 

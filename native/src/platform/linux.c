@@ -2,13 +2,18 @@
  *
  * Segments: page-aligned anonymous shared memory (memfd). A memfd has no name in /dev/shm, so
  * nothing outlives the processes that hold it, even after SIGKILL. Same-host peers map it
- * through /proc/<pid>/fd/<fd>. */
+ * through /proc/<pid>/fd/<fd>.
+ * Wait and wake: futexes, process-private unless the word is shared. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "platform/platform.h"
@@ -106,3 +111,23 @@ pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int wri
 }
 
 void pt_plat_segment_unmap(void *base, size_t len) { munmap(base, len); }
+
+/* ---- wait and wake ---- */
+
+void pt_plat_wait(_Atomic uint32_t *addr, uint32_t expected, double timeout, int shared)
+{
+    struct timespec ts, *tsp = NULL;
+    if (timeout >= 0) {
+        ts.tv_sec = (time_t)timeout;
+        ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+        tsp = &ts;
+    }
+    int op = shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
+    syscall(SYS_futex, (uint32_t *)addr, op, expected, tsp, NULL, 0);
+}
+
+void pt_plat_wake(_Atomic uint32_t *addr, int shared)
+{
+    int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
+    syscall(SYS_futex, (uint32_t *)addr, op, INT_MAX, NULL, NULL, 0);
+}

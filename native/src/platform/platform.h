@@ -8,6 +8,7 @@
 #ifndef PT_PLATFORM_H
 #define PT_PLATFORM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,5 +41,14 @@ void pt_plat_segment_destroy(pt_plat_segment_t *seg);
 pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int write,
                                 void **base_out, int *writable_out);
 void pt_plat_segment_unmap(void *base, size_t len);
+
+/* ---- wait and wake on a 32-bit word (Linux: a futex) ---- */
+
+/* Sleep while *addr == expected, for at most timeout seconds (< 0: no limit). shared: the word
+ * may be in memory shared with other processes. It may return early (a wake-up, a signal, or
+ * a profile that cannot sleep on an address naps instead): callers check again. */
+void pt_plat_wait(_Atomic uint32_t *addr, uint32_t expected, double timeout, int shared);
+/* Wake everyone sleeping in pt_plat_wait on addr. */
+void pt_plat_wake(_Atomic uint32_t *addr, int shared);
 
 #endif

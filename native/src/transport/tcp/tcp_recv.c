@@ -27,7 +27,7 @@ static void publish(pt_req_t *req)
 {
     atomic_store_explicit(&req->done, 1, memory_order_release);
     if (!req->self_read) /* (its caller reads replies itself: it does not sleep on done) */
-        pt__futex_wake(&req->done, 0);
+        pt_plat_wake(&req->done, 0);
     pt_req_release(req); /* the connection's reference */
 }
 

@@ -184,9 +184,9 @@ static int64_t bump(uint8_t *p, int64_t v)
 {
     int64_t old = atomic_fetch_add((_Atomic int64_t *)(uintptr_t)p, v);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    pt__futex_wake((_Atomic uint32_t *)(uintptr_t)(p + 4), 1);
+    pt_plat_wake((_Atomic uint32_t *)(uintptr_t)(p + 4), 1);
 #else
-    pt__futex_wake((_Atomic uint32_t *)(uintptr_t)p, 1);
+    pt_plat_wake((_Atomic uint32_t *)(uintptr_t)p, 1);
 #endif
     return old;
 }
