@@ -32,7 +32,7 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
     ctx->size = size;
     ctx->nthreads = nthreads > 0 ? nthreads : 1;
     ctx->next_gen = 1;
-    ctx->wake_fd = -1;
+    ctx->wake = PT_PLAT_WAKEFD_CLOSED;
     atomic_store(&ctx->first_lost, -1);
     const char *tenv = getenv("POOLTENSOR_TIMEOUT");
     ctx->timeout = tenv && atof(tenv) > 0 ? atof(tenv) : 60.0;

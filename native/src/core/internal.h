@@ -111,7 +111,8 @@ struct pt_ctx {
     /* peer monitor */
     pthread_t monitor;
     int monitor_started;
-    int wake_fd;
+    _Atomic int monitor_stop;
+    pt_plat_wakefd_t wake;                /* brings the monitor out of poll() */
     /* tcp: the shared secret, the timeout of synchronous operations, the server */
     uint8_t secret[64];                   /* longer secrets are kept as their SHA-256 */
     size_t secret_len;

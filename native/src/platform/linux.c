@@ -3,7 +3,8 @@
  * Segments: page-aligned anonymous shared memory (memfd). A memfd has no name in /dev/shm, so
  * nothing outlives the processes that hold it, even after SIGKILL. Same-host peers map it
  * through /proc/<pid>/fd/<fd>.
- * Wait and wake: futexes, process-private unless the word is shared. */
+ * Wait and wake: futexes, process-private unless the word is shared. Wake-up descriptors:
+ * eventfds. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -130,4 +132,38 @@ void pt_plat_wake(_Atomic uint32_t *addr, int shared)
 {
     int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
     syscall(SYS_futex, (uint32_t *)addr, op, INT_MAX, NULL, NULL, 0);
+}
+
+/* ---- wake-up descriptors ---- */
+
+pt_status_t pt_plat_wakefd_open(pt_plat_wakefd_t *out)
+{
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0)
+        return pt__sys();
+    out->rfd = out->wfd = fd;
+    return PT_OK;
+}
+
+void pt_plat_wakefd_signal(const pt_plat_wakefd_t *w)
+{
+    if (w->wfd < 0)
+        return;
+    uint64_t one = 1;
+    (void)!write(w->wfd, &one, sizeof(one));
+}
+
+void pt_plat_wakefd_drain(const pt_plat_wakefd_t *w)
+{
+    uint64_t v;
+    (void)!read(w->rfd, &v, sizeof(v));
+}
+
+void pt_plat_wakefd_close(pt_plat_wakefd_t *w)
+{
+    if (w->rfd >= 0)
+        close(w->rfd);
+    if (w->wfd >= 0 && w->wfd != w->rfd)
+        close(w->wfd);
+    *w = PT_PLAT_WAKEFD_CLOSED;
 }

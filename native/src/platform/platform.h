@@ -51,4 +51,22 @@ void pt_plat_wait(_Atomic uint32_t *addr, uint32_t expected, double timeout, int
 /* Wake everyone sleeping in pt_plat_wait on addr. */
 void pt_plat_wake(_Atomic uint32_t *addr, int shared);
 
+/* ---- wake-up descriptors: how a thread blocked in poll() is woken ---- */
+
+/* rfd polls readable (POLLIN) once signalled, until drained. Linux: one eventfd (rfd == wfd);
+ * a pipe where there is none. */
+typedef struct {
+    int rfd, wfd;
+} pt_plat_wakefd_t;
+
+#define PT_PLAT_WAKEFD_CLOSED ((pt_plat_wakefd_t){-1, -1})
+
+pt_status_t pt_plat_wakefd_open(pt_plat_wakefd_t *out);
+/* Make rfd readable (nothing when closed); never blocks. */
+void pt_plat_wakefd_signal(const pt_plat_wakefd_t *w);
+/* Take every signal so far: rfd is not readable until the next one. */
+void pt_plat_wakefd_drain(const pt_plat_wakefd_t *w);
+/* Close it (nothing when closed); it is closed after. */
+void pt_plat_wakefd_close(pt_plat_wakefd_t *w);
+
 #endif

@@ -18,7 +18,6 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -248,9 +247,8 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_c
     c->rank = rank;
     c->fd = fd;
     c->next_id = 1;
-    c->rx_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (c->rx_wake < 0) {
-        st = pt__sys();
+    st = pt_plat_wakefd_open(&c->rx_wake);
+    if (st != PT_OK) {
         free(c);
         goto err_fd;
     }
@@ -275,7 +273,7 @@ err_conn:
     pthread_cond_destroy(&c->slot_cond);
     pthread_mutex_destroy(&c->send_lock);
     pthread_mutex_destroy(&c->lock);
-    close(c->rx_wake);
+    pt_plat_wakefd_close(&c->rx_wake);
     free(c);
 err_fd:
     close(fd);
@@ -573,7 +571,7 @@ static void conn_close(pt_tcp_conn_t *c)
     pthread_join(c->sender, NULL);
     pthread_join(c->receiver, NULL);
     close(c->fd);
-    close(c->rx_wake);
+    pt_plat_wakefd_close(&c->rx_wake);
     pthread_cond_destroy(&c->cond);
     pthread_cond_destroy(&c->slot_cond);
     pthread_mutex_destroy(&c->send_lock);
