@@ -1,12 +1,7 @@
 /* The endpoint: control block, registrations, local segments and same-host peers. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -14,7 +9,7 @@
 static uint64_t random_nonce(void)
 {
     uint64_t v = 0;
-    if (syscall(SYS_getrandom, &v, sizeof(v), 0) != (long)sizeof(v))
+    if (pt_plat_random(&v, sizeof(v)) != PT_OK)
         v = (uint64_t)pt__now() * 6364136223846793005ULL ^ (uint64_t)getpid();
     v &= 0xffffffffffffULL;
     return v ? v : 1;
@@ -50,7 +45,7 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
         goto err_free;
     for (int i = 0; i < size; i++) {
         pthread_mutex_init(&ctx->peers[i].lock, NULL);
-        ctx->peers[i].pidfd = -1;
+        ctx->peers[i].watch_fd = -1;
     }
     st = pt_segment_create(sizeof(pt_ctrl_t), &ctx->ctrl_seg);
     if (st != PT_OK)
@@ -104,8 +99,7 @@ static void peer_unmap(pt_peer_t *p)
     }
     if (p->ctrl)
         pt_plat_segment_unmap(p->ctrl, p->ctrl_len);
-    if (p->pidfd >= 0)
-        close(p->pidfd);
+    pt_plat_peer_unwatch(p->watch_fd);
 }
 
 void pt_ctx_destroy(pt_ctx_t *ctx)
@@ -155,7 +149,7 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
     p->ctrl = c;
     p->ctrl_len = addr->ctrl_len;
     if (rank != ctx->rank)
-        p->pidfd = (int)syscall(SYS_pidfd_open, addr->pid, 0);
+        p->watch_fd = pt_plat_peer_watch(addr->pid);
     p->connected = 1;
     pt__monitor_poke(ctx);
     return PT_OK;

@@ -56,7 +56,7 @@ typedef struct pt_map {
 typedef struct {
     int connected;
     int32_t pid;
-    int pidfd;
+    int watch_fd;                         /* readable once the process exits, or -1 */
     _Atomic int lost;
     pt_ctrl_t *ctrl;
     size_t ctrl_len;

@@ -1,12 +1,11 @@
-/* The peer monitor: one thread blocked in poll() on every peer's pidfd, so a rank that dies
- * (even by SIGKILL) is marked lost at once and every wait on it ends with PT_ERR_PEER_LOST.
- * Where pidfd_open is missing, the same thread checks each peer with kill(pid, 0). */
+/* The peer monitor: one thread blocked in poll() on every peer's watch descriptor
+ * (pt_plat_peer_watch: a pidfd on Linux), so a rank that dies (even by SIGKILL) is marked lost
+ * at once and every wait on it ends with PT_ERR_PEER_LOST. Where the platform has no such
+ * descriptor, the same thread asks after each peer (pt_plat_peer_gone) ten times a second. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "core/internal.h"
 
@@ -34,8 +33,8 @@ static void *monitor_main(void *arg)
         who[n++] = -1;
         for (int r = 0; r < ctx->size; r++) {
             pt_peer_t *p = &ctx->peers[r];
-            if (p->connected && p->pidfd >= 0 && !atomic_load(&p->lost)) {
-                fds[n].fd = p->pidfd;
+            if (p->connected && p->watch_fd >= 0 && !atomic_load(&p->lost)) {
+                fds[n].fd = p->watch_fd;
                 fds[n].events = POLLIN;
                 who[n++] = r;
             }
@@ -53,8 +52,7 @@ static void *monitor_main(void *arg)
                 mark_lost(ctx, who[i]);
         for (int r = 0; r < ctx->size; r++) {
             pt_peer_t *p = &ctx->peers[r];
-            if (p->connected && p->pidfd < 0 && r != ctx->rank && kill(p->pid, 0) != 0 &&
-                errno == ESRCH)
+            if (p->connected && p->watch_fd < 0 && r != ctx->rank && pt_plat_peer_gone(p->pid))
                 mark_lost(ctx, r);
         }
     }

@@ -1,14 +1,10 @@
 /* One-sided get, put and atomics over shared memory. Each access is checked against the
  * target's own registration table (in its control block): key, bounds and mode. Memory in a
  * segment is mapped once and copied directly; other memory goes through cross-memory attach
- * (process_vm_readv/writev), which the kernel serves without the target taking part. */
+ * (pt_plat_copy_from/to_peer), which the kernel serves without the target taking part. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include "core/internal.h"
 #include "transport/tcp/tcp_proto.h"
@@ -154,25 +150,9 @@ static pt_status_t resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, 
 
 static pt_status_t cma(pt_ctx_t *ctx, int rank, uint64_t addr, void *buf, size_t len, int write)
 {
-    pid_t pid = ctx->peers[rank].pid;
-    size_t done = 0;
-    while (done < len) {
-        struct iovec l = {(uint8_t *)buf + done, len - done};
-        struct iovec r = {(void *)(uintptr_t)(addr + done), len - done};
-        ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
-                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == ESRCH)
-                return PT_ERR_PEER_LOST;
-            return pt__sys();
-        }
-        if (n == 0)
-            return PT_ERR_BOUNDS;
-        done += (size_t)n;
-    }
-    return PT_OK;
+    int32_t pid = ctx->peers[rank].pid;
+    return write ? pt_plat_copy_to_peer(pid, addr, buf, len)
+                 : pt_plat_copy_from_peer(pid, buf, addr, len);
 }
 
 pt_status_t pt_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len)

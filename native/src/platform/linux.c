@@ -4,17 +4,20 @@
  * nothing outlives the processes that hold it, even after SIGKILL. Same-host peers map it
  * through /proc/<pid>/fd/<fd>.
  * Wait and wake: futexes, process-private unless the word is shared. Wake-up descriptors:
- * eventfds. */
+ * eventfds. Peer death: pidfds (kill(pid, 0) where pidfd_open is missing). A peer's private
+ * memory: cross-memory attach (process_vm_readv/writev). Random bytes: getrandom. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -166,4 +169,68 @@ void pt_plat_wakefd_close(pt_plat_wakefd_t *w)
     if (w->wfd >= 0 && w->wfd != w->rfd)
         close(w->wfd);
     *w = PT_PLAT_WAKEFD_CLOSED;
+}
+
+/* ---- peer death ---- */
+
+int pt_plat_peer_watch(int32_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+void pt_plat_peer_unwatch(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
+int pt_plat_peer_gone(int32_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+/* ---- a peer's private memory ---- */
+
+static pt_status_t cma(int32_t pid, uint64_t addr, void *buf, size_t len, int write)
+{
+    size_t done = 0;
+    while (done < len) {
+        struct iovec l = {(uint8_t *)buf + done, len - done};
+        struct iovec r = {(void *)(uintptr_t)(addr + done), len - done};
+        ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == ESRCH)
+                return PT_ERR_PEER_LOST;
+            return pt__sys();
+        }
+        if (n == 0)
+            return PT_ERR_BOUNDS;
+        done += (size_t)n;
+    }
+    return PT_OK;
+}
+
+pt_status_t pt_plat_copy_from_peer(int32_t pid, void *dst, uint64_t addr, size_t len)
+{
+    return cma(pid, addr, dst, len, 0);
+}
+
+pt_status_t pt_plat_copy_to_peer(int32_t pid, uint64_t addr, const void *src, size_t len)
+{
+    return cma(pid, addr, (void *)(uintptr_t)src, len, 1);
+}
+
+/* ---- random bytes ---- */
+
+pt_status_t pt_plat_random(void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len) {
+        long n = syscall(SYS_getrandom, p, len, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return pt__sys();
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return PT_OK;
 }

@@ -69,4 +69,26 @@ void pt_plat_wakefd_drain(const pt_plat_wakefd_t *w);
 /* Close it (nothing when closed); it is closed after. */
 void pt_plat_wakefd_close(pt_plat_wakefd_t *w);
 
+/* ---- peer death ---- */
+
+/* A descriptor that polls readable once process pid has exited (Linux: a pidfd), or -1 where
+ * the system offers none: then ask pt_plat_peer_gone now and then. */
+int pt_plat_peer_watch(int32_t pid);
+void pt_plat_peer_unwatch(int fd);       /* nothing for -1 */
+/* 1 when process pid is known to be gone. */
+int pt_plat_peer_gone(int32_t pid);
+
+/* ---- copying from and to a peer's private memory (Linux: cross-memory attach) ---- */
+
+/* len bytes between buf and address addr in process pid, the kernel serving it without the
+ * peer taking part. PT_ERR_PEER_LOST when the process is gone, PT_ERR_BOUNDS when the copy
+ * stops short, PT_ERR_UNSUPPORTED where the system has no such copy. */
+pt_status_t pt_plat_copy_from_peer(int32_t pid, void *dst, uint64_t addr, size_t len);
+pt_status_t pt_plat_copy_to_peer(int32_t pid, uint64_t addr, const void *src, size_t len);
+
+/* ---- random bytes ---- */
+
+/* len bytes from the system's random source. */
+pt_status_t pt_plat_random(void *buf, size_t len);
+
 #endif

@@ -198,8 +198,9 @@ static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline)
         return PT_ERR_INVALID;
     if (pt__tcp_recv(fd, ns, sizeof(ns), deadline, NULL, NULL) < 0)
         return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    if (pt__tcp_random(pl, PT_TCP_NONCE) < 0)
-        return pt__sys();
+    pt_status_t st = pt_plat_random(pl, PT_TCP_NONCE);
+    if (st != PT_OK)
+        return st;
     pt__tcp_mac(ctx, 0, ns, pl, ctx->rank, pl + PT_TCP_NONCE);
     h = (pt_tcp_hdr_t){.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH, .len = sizeof(pl),
                        .a = ctx->rank};

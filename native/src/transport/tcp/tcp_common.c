@@ -1,12 +1,11 @@
-/* What the tcp client and server share: socket I/O with deadlines, nonces, the handshake MAC,
- * and the context's tcp settings (secret, timeout). */
+/* What the tcp client and server share: socket I/O with deadlines, the handshake MAC, and the
+ * context's tcp settings (secret, timeout). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "transport/tcp/tcp_proto.h"
@@ -131,22 +130,6 @@ int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int
             iov->iov_base = (uint8_t *)iov->iov_base + left;
             iov->iov_len -= left;
         }
-    }
-    return 0;
-}
-
-int pt__tcp_random(void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len) {
-        long n = syscall(SYS_getrandom, p, len, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
     }
     return 0;
 }

@@ -191,7 +191,6 @@ int pt__tcp_recv(int fd, void *buf, size_t len, double deadline, _Atomic int *ab
  * sleep and wake-up for each otherwise; past the spin time without a byte it blocks. */
 int pt__tcp_recv_spin(int fd, void *buf, size_t len, double deadline, _Atomic int *abort);
 int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int *abort);
-int pt__tcp_random(void *buf, size_t len);
 /* Short send/receive timeouts on a connected socket, TCP_NODELAY, close-on-exec. */
 int pt__tcp_tune(int fd, double slice);
 

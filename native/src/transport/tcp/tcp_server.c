@@ -304,7 +304,7 @@ static int handshake(serve_t *s)
 {
     pt_tcp_server_t *srv = s->srv;
     uint8_t ns[PT_TCP_NONCE], in[PT_TCP_HDR], pl[PT_TCP_NONCE + PT_TCP_MAC], mac[PT_TCP_MAC];
-    if (pt__tcp_random(ns, sizeof(ns)) < 0)
+    if (pt_plat_random(ns, sizeof(ns)) != PT_OK)
         return -1;
     pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_HELLO, .len = PT_TCP_NONCE,
                       .a = PT_TCP_VERSION};
