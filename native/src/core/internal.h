@@ -143,11 +143,6 @@ void pt__peer_mark_lost(pt_ctx_t *ctx, int rank);
 pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
                            int write, int *seg, uint64_t *where);
 
-/* sha256.c */
-void pt__hmac_parts(const void *key, size_t klen, const void *const *parts, const size_t *lens,
-                    int n, uint8_t out[32]);
-int pt__ct_equal(const void *a, const void *b, size_t len);
-
 /* tcp_client.c / tcp_server.c: one-sided operations to a peer reached over tcp */
 pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t off, void *buf,
                        size_t len, pt_req_t **async_out);
@@ -164,5 +159,16 @@ pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
                                  pt_req_t **out);
 void pt__tcp_client_stop(pt_ctx_t *ctx);
 void pt__tcp_server_stop(pt_ctx_t *ctx);
+
+/* The 32-bit half of an int64 counter that changes first on small increments: the word its
+ * waiters sleep on (pt_plat_wait), woken by whoever moves it (notify, over any transport). */
+static inline _Atomic uint32_t *pt__low_word(const void *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (_Atomic uint32_t *)((uint8_t *)(uintptr_t)p + 4);
+#else
+    return (_Atomic uint32_t *)(uintptr_t)p;
+#endif
+}
 
 #endif

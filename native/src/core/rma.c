@@ -234,17 +234,6 @@ pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
     return PT_OK;
 }
 
-/* The 32-bit half of an int64 that changes first on small increments: the word waiters sleep
- * on (pt_plat_wait). */
-static _Atomic uint32_t *low_word(const void *p)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return (_Atomic uint32_t *)((uint8_t *)(uintptr_t)p + 4);
-#else
-    return (_Atomic uint32_t *)(uintptr_t)p;
-#endif
-}
-
 pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v)
 {
     if (is_tcp(ctx, rank))
@@ -254,7 +243,7 @@ pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64
     if (st != PT_OK)
         return st;
     atomic_fetch_add(p, v);
-    pt_plat_wake(low_word(p), 1);
+    pt_plat_wake(pt__low_word(p), 1);
     return PT_OK;
 }
 
@@ -271,7 +260,7 @@ pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, c
     if ((st = pt_put(ctx, rank, key, off, src, len)) != PT_OK)
         return st;
     atomic_fetch_add(p, v); /* (sequentially consistent: after the bytes, for any observer) */
-    pt_plat_wake(low_word(p), 1);
+    pt_plat_wake(pt__low_word(p), 1);
     return PT_OK;
 }
 
@@ -319,10 +308,10 @@ pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int
             return PT_ERR_PEER_LOST;
         if (timeout >= 0 && el > timeout)
             return PT_ERR_TIMEOUT;
-        uint32_t w = atomic_load(low_word(p));
+        uint32_t w = atomic_load(pt__low_word(p));
         if (atomic_load(p) >= value)
             return PT_OK;
-        pt_plat_wait(low_word(p), w, 0.01, 1);
+        pt_plat_wait(pt__low_word(p), w, 0.01, 1);
     }
 }
 

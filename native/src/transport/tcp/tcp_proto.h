@@ -68,6 +68,7 @@
 #include <sys/uio.h>
 
 #include "core/internal.h"
+#include "transport/tcp/sha256.h"
 
 #define PT_TCP_MAGIC 0x31545450u
 #define PT_TCP_VERSION 1

@@ -183,11 +183,7 @@ static pt_status_t counter(pt_ctx_t *ctx, uint64_t key, uint64_t off, uint8_t **
 static int64_t bump(uint8_t *p, int64_t v)
 {
     int64_t old = atomic_fetch_add((_Atomic int64_t *)(uintptr_t)p, v);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    pt_plat_wake((_Atomic uint32_t *)(uintptr_t)(p + 4), 1);
-#else
-    pt_plat_wake((_Atomic uint32_t *)(uintptr_t)p, 1);
-#endif
+    pt_plat_wake(pt__low_word(p), 1);
     return old;
 }
 
