@@ -1,10 +1,11 @@
-/* The endpoint: control block, registrations, local segments and same-host peers. */
+/* The endpoint: control block, registrations, local segments and same-host peers; which
+ * transport reaches each peer (pt_peer_t.ops). */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/transport.h"
 
 static uint64_t random_nonce(void)
 {
@@ -84,19 +85,6 @@ err_free:
 
 static void peer_unmap(pt_peer_t *p)
 {
-    for (int s = 0; s < PT_MAX_SEGS; s++) {
-        pt_map_t *m = atomic_load(&p->maps[s]);
-        if (m) {
-            pt_plat_segment_unmap(m->base, m->len);
-            free(m);
-        }
-    }
-    for (pt_map_t *m = p->retired; m;) {
-        pt_map_t *next = m->older;
-        pt_plat_segment_unmap(m->base, m->len);
-        free(m);
-        m = next;
-    }
     if (p->ctrl)
         pt_plat_segment_unmap(p->ctrl, p->ctrl_len);
     pt_plat_peer_unwatch(p->watch_fd);
@@ -107,10 +95,14 @@ void pt_ctx_destroy(pt_ctx_t *ctx)
     if (!ctx)
         return;
     /* stop serving first (nothing touches our memory after), then our own requests */
-    pt__tcp_server_stop(ctx);
-    pt__tcp_client_stop(ctx);
+    for (const pt_transport_ops_t *const *t = pt_transports; *t; t++)
+        if ((*t)->stop)
+            (*t)->stop(ctx);
     pt__monitor_stop(ctx);
     pt__progress_stop(ctx);
+    for (const pt_transport_ops_t *const *t = pt_transports; *t; t++)
+        if ((*t)->release)
+            (*t)->release(ctx);
     for (int i = 0; i < ctx->size; i++)
         peer_unmap(&ctx->peers[i]);
     free(ctx->peers);
@@ -150,9 +142,18 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
     p->ctrl_len = addr->ctrl_len;
     if (rank != ctx->rank)
         p->watch_fd = pt_plat_peer_watch(addr->pid);
+    if (!p->ops)
+        p->ops = &pt_transport_shm; /* (a tcp address, given first, still wins) */
     p->connected = 1;
     pt__monitor_poke(ctx);
     return PT_OK;
+}
+
+int pt_ctx_transport(pt_ctx_t *ctx, int rank)
+{
+    if (!ctx || rank < 0 || rank >= ctx->size || !ctx->peers[rank].ops)
+        return 0;
+    return ctx->peers[rank].ops->id;
 }
 
 int pt_ctx_first_lost(pt_ctx_t *ctx) { return atomic_load(&ctx->first_lost); }

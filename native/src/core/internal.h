@@ -54,16 +54,19 @@ typedef struct pt_map {
 } pt_map_t;
 
 typedef struct {
-    int connected;
+    const struct pt_transport_ops *ops;   /* the transport that reaches it (core/transport.h),
+                                             NULL until it is reached */
+    int connected;                        /* its control block is mapped (pt_ctx_connect) */
     int32_t pid;
     int watch_fd;                         /* readable once the process exits, or -1 */
     _Atomic int lost;
     pt_ctrl_t *ctrl;
     size_t ctrl_len;
+    /* the shm transport's mappings of its segments */
     pthread_mutex_t lock;                 /* taken only to map a segment */
     _Atomic(pt_map_t *) maps[PT_MAX_SEGS];
     pt_map_t *retired;                    /* replaced mappings, unmapped at destroy */
-    struct pt_tcp_peer *tcp;              /* set: this peer is reached over tcp (tcp_client.c) */
+    struct pt_tcp_peer *tcp;              /* set: this peer is reached over tcp (transport/tcp) */
 } pt_peer_t;
 
 struct pt_req {
@@ -122,10 +125,12 @@ struct pt_ctx {
     struct pt_tcp_server *server;
 };
 
+/* For the team engine: a writable direct pointer to [off, off+len) of rank's registration
+ * (core/rma.c; PT_ERR_UNSUPPORTED where the transport cannot map it). */
 pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
                         uint8_t **ptr);
 double pt__now(void);
-/* Spin briefly, then block: returns once *addr != val, or at the deadline (returns 0). */
+/* How long a waiter polls before it blocks (pt_set_spin, $POOLTENSOR_SPIN_US). */
 double pt__spin_seconds(void);
 /* Called while polling: after a few microseconds, give the core to whoever else is runnable
  * (on a loaded or oversubscribed machine that is often the peer we are waiting for). */
@@ -133,6 +138,10 @@ void pt__relax(double elapsed);
 
 pt_status_t pt__progress_start(pt_ctx_t *ctx);
 void pt__progress_stop(pt_ctx_t *ctx);
+/* A get (or a put) for the progress threads to do with pt_get (pt_put); *out completes when
+ * it is done. */
+pt_status_t pt__progress_submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uint64_t off,
+                                void *buf, size_t len, pt_req_t **out);
 pt_status_t pt__monitor_start(pt_ctx_t *ctx);
 void pt__monitor_stop(pt_ctx_t *ctx);
 void pt__monitor_poke(pt_ctx_t *ctx);
@@ -142,23 +151,6 @@ void pt__peer_mark_lost(pt_ctx_t *ctx, int rank);
  * *seg is the segment slot (or -1: *where is an address) and *where the offset in it. */
 pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
                            int write, int *seg, uint64_t *where);
-
-/* tcp_client.c / tcp_server.c: one-sided operations to a peer reached over tcp */
-pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t off, void *buf,
-                       size_t len, pt_req_t **async_out);
-pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64_t off,
-                           int64_t a, int64_t b, int64_t *old_out);
-pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
-                                size_t n, size_t itemsize, const void *src);
-/* A put whose bytes are in memory before the int64 at (nkey, noff) grows by v (PUT_NOTIFY). */
-pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                               const void *src, size_t len, uint64_t nkey, uint64_t noff,
-                               int64_t v);
-/* A notify in flight: *out completes with the target's answer. */
-pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
-                                 pt_req_t **out);
-void pt__tcp_client_stop(pt_ctx_t *ctx);
-void pt__tcp_server_stop(pt_ctx_t *ctx);
 
 /* The 32-bit half of an int64 counter that changes first on small increments: the word its
  * waiters sleep on (pt_plat_wait), woken by whoever moves it (notify, over any transport). */

@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "core/transport.h"
 
 static void req_unref(pt_req_t *req)
 {
@@ -67,8 +67,8 @@ void pt__progress_stop(pt_ctx_t *ctx)
     ctx->nthreads = 0;
 }
 
-static pt_status_t submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uint64_t off,
-                          void *buf, size_t len, pt_req_t **out)
+pt_status_t pt__progress_submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uint64_t off,
+                                void *buf, size_t len, pt_req_t **out)
 {
     if (!out || rank < 0 || rank >= ctx->size)
         return PT_ERR_INVALID;
@@ -99,20 +99,22 @@ static pt_status_t submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uin
     return PT_OK;
 }
 
+/* The transport puts the request in flight (tcp: on its socket), or hands it to the progress
+ * threads (shm: pt__progress_submit). */
 pt_status_t pt_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len,
                          pt_req_t **out)
 {
-    if (out && rank >= 0 && rank < ctx->size && ctx->peers[rank].tcp)
-        return pt__tcp_rw(ctx, rank, 0, key, off, dst, len, out); /* in flight on its socket */
-    return submit(ctx, 0, rank, key, off, dst, len, out);
+    if (!out)
+        return PT_ERR_INVALID;
+    return pt__peer_ops(ctx, rank)->get_async(ctx, rank, key, off, dst, len, out);
 }
 
 pt_status_t pt_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                          size_t len, pt_req_t **out)
 {
-    if (out && rank >= 0 && rank < ctx->size && ctx->peers[rank].tcp)
-        return pt__tcp_rw(ctx, rank, 1, key, off, (void *)(uintptr_t)src, len, out);
-    return submit(ctx, 1, rank, key, off, (void *)(uintptr_t)src, len, out);
+    if (!out)
+        return PT_ERR_INVALID;
+    return pt__peer_ops(ctx, rank)->put_async(ctx, rank, key, off, src, len, out);
 }
 
 int pt_req_test(pt_req_t *req, pt_status_t *st)

@@ -167,12 +167,3 @@ pt_status_t pt_ctx_set_timeout(pt_ctx_t *ctx, double seconds)
     ctx->timeout = seconds;
     return PT_OK;
 }
-
-int pt_ctx_transport(pt_ctx_t *ctx, int rank)
-{
-    if (!ctx || rank < 0 || rank >= ctx->size)
-        return 0;
-    if (ctx->peers[rank].tcp)
-        return 2;
-    return ctx->peers[rank].connected ? 1 : 0;
-}

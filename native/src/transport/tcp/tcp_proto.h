@@ -195,4 +195,7 @@ int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int
 /* Short send/receive timeouts on a connected socket, TCP_NODELAY, close-on-exec. */
 int pt__tcp_tune(int fd, double slice);
 
+/* Stop the listener and every served connection (tcp_server.c), at pt_ctx_destroy. */
+void pt__tcp_server_stop(pt_ctx_t *ctx);
+
 #endif

@@ -179,7 +179,7 @@ static pt_status_t counter(pt_ctx_t *ctx, uint64_t key, uint64_t off, uint8_t **
     return st;
 }
 
-/* Add v to the int64 at p and wake pt_wait_local on its low word (as rma.c's notify does). */
+/* Add v to the int64 at p and wake pt_wait_local on its low word (as the shm notify does). */
 static int64_t bump(uint8_t *p, int64_t v)
 {
     int64_t old = atomic_fetch_add((_Atomic int64_t *)(uintptr_t)p, v);
