@@ -7,7 +7,8 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 MPI     ?= mpich
 RANKS   ?= 2
-SOURCES := $(wildcard native/include/*.h native/src/*.c native/src/*.h native/binding/*.c) \
+SOURCES := $(wildcard native/include/*.h native/src/*.[ch] native/src/*/*.[ch] \
+                      native/src/*/*/*.[ch] native/binding/*.[ch]) \
            setup.py pyproject.toml
 
 .PHONY: demo test bench install clean

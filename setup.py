@@ -4,7 +4,9 @@ import platform
 
 from setuptools import Extension, setup
 
-sources = sorted(glob.glob("native/src/*.c")) + sorted(glob.glob("native/binding/*.c"))
+# native/src is in rooms (core, platform, transport/*, team, kernels): every .c under it.
+sources = sorted(glob.glob("native/src/**/*.c", recursive=True))
+sources += sorted(glob.glob("native/binding/*.c"))
 flags = ["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fvisibility=hidden"]
 if platform.machine() in ("x86_64", "AMD64"):
     flags.append("-DPT_X86=1")
@@ -14,7 +16,7 @@ setup(
         Extension(
             "collectives._native",
             sources=sources,
-            include_dirs=["native/include"],
+            include_dirs=["native/include", "native/src"],  # "pt.h"; "core/internal.h", ...
             extra_compile_args=flags,
             libraries=["pthread"],
         )

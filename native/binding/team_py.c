@@ -1,4 +1,5 @@
-/* The Team binding: same-host collectives (native/src/team.c), GIL released around each call. */
+/* The Team binding: same-host collectives (native/src/team/team.c), GIL released around each
+ * call. */
 #include "binding.h"
 
 /* ---------------- Team ---------------- */

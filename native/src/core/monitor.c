@@ -1,15 +1,13 @@
-/* The peer monitor: one thread blocked in poll() on every peer's pidfd, so a rank that dies
- * (even by SIGKILL) is marked lost at once and every wait on it ends with PT_ERR_PEER_LOST.
- * Where pidfd_open is missing, the same thread checks each peer with kill(pid, 0). */
+/* The peer monitor: one thread blocked in poll() on every peer's watch descriptor
+ * (pt_plat_peer_watch: a pidfd on Linux), so a rank that dies (even by SIGKILL) is marked lost
+ * at once and every wait on it ends with PT_ERR_PEER_LOST. Where the platform has no such
+ * descriptor, the same thread asks after each peer (pt_plat_peer_gone) ten times a second. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static void mark_lost(pt_ctx_t *ctx, int r)
 {
@@ -30,13 +28,13 @@ static void *monitor_main(void *arg)
     }
     for (;;) {
         int n = 0;
-        fds[n].fd = ctx->wake_fd;
+        fds[n].fd = ctx->wake.rfd;
         fds[n].events = POLLIN;
         who[n++] = -1;
         for (int r = 0; r < ctx->size; r++) {
             pt_peer_t *p = &ctx->peers[r];
-            if (p->connected && p->pidfd >= 0 && !atomic_load(&p->lost)) {
-                fds[n].fd = p->pidfd;
+            if (p->connected && p->watch_fd >= 0 && !atomic_load(&p->lost)) {
+                fds[n].fd = p->watch_fd;
                 fds[n].events = POLLIN;
                 who[n++] = r;
             }
@@ -45,17 +43,16 @@ static void *monitor_main(void *arg)
         if (rc < 0 && errno != EINTR)
             break;
         if (fds[0].revents & POLLIN) {
-            uint64_t v;
-            if (read(ctx->wake_fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && v >= (1ULL << 40))
-                break; /* stop */
+            pt_plat_wakefd_drain(&ctx->wake);
+            if (atomic_load(&ctx->monitor_stop))
+                break;
         }
         for (int i = 1; i < n; i++)
             if (fds[i].revents)
                 mark_lost(ctx, who[i]);
         for (int r = 0; r < ctx->size; r++) {
             pt_peer_t *p = &ctx->peers[r];
-            if (p->connected && p->pidfd < 0 && r != ctx->rank && kill(p->pid, 0) != 0 &&
-                errno == ESRCH)
+            if (p->connected && p->watch_fd < 0 && r != ctx->rank && pt_plat_peer_gone(p->pid))
                 mark_lost(ctx, r);
         }
     }
@@ -66,35 +63,26 @@ static void *monitor_main(void *arg)
 
 pt_status_t pt__monitor_start(pt_ctx_t *ctx)
 {
-    ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (ctx->wake_fd < 0)
-        return pt__sys();
+    pt_status_t st = pt_plat_wakefd_open(&ctx->wake);
+    if (st != PT_OK)
+        return st;
     if (pthread_create(&ctx->monitor, NULL, monitor_main, ctx) != 0) {
-        close(ctx->wake_fd);
-        ctx->wake_fd = -1;
+        pt_plat_wakefd_close(&ctx->wake);
         return PT_ERR_SYS;
     }
     ctx->monitor_started = 1;
     return PT_OK;
 }
 
-void pt__monitor_poke(pt_ctx_t *ctx)
-{
-    if (ctx->wake_fd < 0)
-        return;
-    uint64_t one = 1;
-    (void)!write(ctx->wake_fd, &one, sizeof(one));
-}
+void pt__monitor_poke(pt_ctx_t *ctx) { pt_plat_wakefd_signal(&ctx->wake); }
 
 void pt__monitor_stop(pt_ctx_t *ctx)
 {
     if (ctx->monitor_started) {
-        uint64_t stop = 1ULL << 40;
-        (void)!write(ctx->wake_fd, &stop, sizeof(stop));
+        atomic_store(&ctx->monitor_stop, 1);
+        pt_plat_wakefd_signal(&ctx->wake);
         pthread_join(ctx->monitor, NULL);
         ctx->monitor_started = 0;
     }
-    if (ctx->wake_fd >= 0)
-        close(ctx->wake_fd);
-    ctx->wake_fd = -1;
+    pt_plat_wakefd_close(&ctx->wake);
 }

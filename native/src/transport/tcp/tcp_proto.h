@@ -67,7 +67,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "internal.h"
+#include "core/internal.h"
+#include "transport/tcp/sha256.h"
 
 #define PT_TCP_MAGIC 0x31545450u
 #define PT_TCP_VERSION 1
@@ -191,8 +192,10 @@ int pt__tcp_recv(int fd, void *buf, size_t len, double deadline, _Atomic int *ab
  * sleep and wake-up for each otherwise; past the spin time without a byte it blocks. */
 int pt__tcp_recv_spin(int fd, void *buf, size_t len, double deadline, _Atomic int *abort);
 int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int *abort);
-int pt__tcp_random(void *buf, size_t len);
 /* Short send/receive timeouts on a connected socket, TCP_NODELAY, close-on-exec. */
 int pt__tcp_tune(int fd, double slice);
+
+/* Stop the listener and every served connection (tcp_server.c), at pt_ctx_destroy. */
+void pt__tcp_server_stop(pt_ctx_t *ctx);
 
 #endif

@@ -3,7 +3,7 @@
 #ifndef PT_TCP_CLIENT_H
 #define PT_TCP_CLIENT_H
 
-#include "tcp_proto.h"
+#include "transport/tcp/tcp_proto.h"
 
 typedef struct pt_tcp_conn {
     pt_ctx_t *ctx;
@@ -23,7 +23,7 @@ typedef struct pt_tcp_conn {
     int reading;                /* who reads replies now: READ_NONE, READ_RECEIVER, READ_WAITER */
     int rx_watching;            /* the receiver only watches for the peer's end */
     int rx_kicked;              /* rx_wake written since the receiver last looked */
-    int rx_wake;                /* eventfd: the receiver must look at `reading` again */
+    pt_plat_wakefd_t rx_wake;   /* the receiver must look at `reading` again */
     pthread_t sender, receiver;
     struct pt_tcp_conn *older;
 } pt_tcp_conn_t;

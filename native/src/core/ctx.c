@@ -1,20 +1,16 @@
-/* The endpoint: control block, registrations, local segments and same-host peers. */
+/* The endpoint: control block, registrations, local segments and same-host peers; which
+ * transport reaches each peer (pt_peer_t.ops). */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/transport.h"
 
 static uint64_t random_nonce(void)
 {
     uint64_t v = 0;
-    if (syscall(SYS_getrandom, &v, sizeof(v), 0) != (long)sizeof(v))
+    if (pt_plat_random(&v, sizeof(v)) != PT_OK)
         v = (uint64_t)pt__now() * 6364136223846793005ULL ^ (uint64_t)getpid();
     v &= 0xffffffffffffULL;
     return v ? v : 1;
@@ -32,7 +28,7 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
     ctx->size = size;
     ctx->nthreads = nthreads > 0 ? nthreads : 1;
     ctx->next_gen = 1;
-    ctx->wake_fd = -1;
+    ctx->wake = PT_PLAT_WAKEFD_CLOSED;
     atomic_store(&ctx->first_lost, -1);
     const char *tenv = getenv("POOLTENSOR_TIMEOUT");
     ctx->timeout = tenv && atof(tenv) > 0 ? atof(tenv) : 60.0;
@@ -50,7 +46,7 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
         goto err_free;
     for (int i = 0; i < size; i++) {
         pthread_mutex_init(&ctx->peers[i].lock, NULL);
-        ctx->peers[i].pidfd = -1;
+        ctx->peers[i].watch_fd = -1;
     }
     st = pt_segment_create(sizeof(pt_ctrl_t), &ctx->ctrl_seg);
     if (st != PT_OK)
@@ -89,23 +85,9 @@ err_free:
 
 static void peer_unmap(pt_peer_t *p)
 {
-    for (int s = 0; s < PT_MAX_SEGS; s++) {
-        pt_map_t *m = atomic_load(&p->maps[s]);
-        if (m) {
-            munmap(m->base, m->len);
-            free(m);
-        }
-    }
-    for (pt_map_t *m = p->retired; m;) {
-        pt_map_t *next = m->older;
-        munmap(m->base, m->len);
-        free(m);
-        m = next;
-    }
     if (p->ctrl)
-        munmap(p->ctrl, p->ctrl_len);
-    if (p->pidfd >= 0)
-        close(p->pidfd);
+        pt_plat_segment_unmap(p->ctrl, p->ctrl_len);
+    pt_plat_peer_unwatch(p->watch_fd);
 }
 
 void pt_ctx_destroy(pt_ctx_t *ctx)
@@ -113,10 +95,14 @@ void pt_ctx_destroy(pt_ctx_t *ctx)
     if (!ctx)
         return;
     /* stop serving first (nothing touches our memory after), then our own requests */
-    pt__tcp_server_stop(ctx);
-    pt__tcp_client_stop(ctx);
+    for (const pt_transport_ops_t *const *t = pt_transports; *t; t++)
+        if ((*t)->stop)
+            (*t)->stop(ctx);
     pt__monitor_stop(ctx);
     pt__progress_stop(ctx);
+    for (const pt_transport_ops_t *const *t = pt_transports; *t; t++)
+        if ((*t)->release)
+            (*t)->release(ctx);
     for (int i = 0; i < ctx->size; i++)
         peer_unmap(&ctx->peers[i]);
     free(ctx->peers);
@@ -133,20 +119,6 @@ void pt_ctx_addr(const pt_ctx_t *ctx, pt_addr_t *out)
     out->ctrl_len = pt_segment_len(ctx->ctrl_seg);
 }
 
-/* Open a peer's fd through /proc; write access when it can be had, else read-only. */
-int pt__open_peer_fd(int32_t pid, int32_t fd, int *writable)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)fd);
-    int f = open(path, O_RDWR | O_CLOEXEC);
-    *writable = 1;
-    if (f < 0 && (errno == EACCES || errno == EROFS)) {
-        f = open(path, O_RDONLY | O_CLOEXEC);
-        *writable = 0;
-    }
-    return f;
-}
-
 pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
 {
     if (rank < 0 || rank >= ctx->size || !addr || addr->ctrl_len < sizeof(pt_ctrl_t))
@@ -154,28 +126,34 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
     pt_peer_t *p = &ctx->peers[rank];
     if (p->connected)
         return PT_OK;
-    int writable;
-    int fd = pt__open_peer_fd(addr->pid, addr->ctrl_fd, &writable);
-    if (fd < 0)
-        return errno == ENOENT || errno == ESRCH ? PT_ERR_PEER_LOST : pt__sys();
     /* Barrier words live in the root's block, so every block is mapped writable. */
-    void *base = mmap(NULL, addr->ctrl_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (base == MAP_FAILED)
-        return pt__sys();
+    void *base;
+    pt_status_t st = pt_plat_segment_map(addr->pid, addr->ctrl_fd, addr->ctrl_len, 1, &base,
+                                         NULL);
+    if (st != PT_OK)
+        return st;
     pt_ctrl_t *c = base;
     if (c->magic != PT_CTRL_MAGIC || c->pid != addr->pid) {
-        munmap(base, addr->ctrl_len);
+        pt_plat_segment_unmap(base, addr->ctrl_len);
         return PT_ERR_INVALID;
     }
     p->pid = addr->pid;
     p->ctrl = c;
     p->ctrl_len = addr->ctrl_len;
     if (rank != ctx->rank)
-        p->pidfd = (int)syscall(SYS_pidfd_open, addr->pid, 0);
+        p->watch_fd = pt_plat_peer_watch(addr->pid);
+    if (!p->ops)
+        p->ops = &pt_transport_shm; /* (a tcp address, given first, still wins) */
     p->connected = 1;
     pt__monitor_poke(ctx);
     return PT_OK;
+}
+
+int pt_ctx_transport(pt_ctx_t *ctx, int rank)
+{
+    if (!ctx || rank < 0 || rank >= ctx->size || !ctx->peers[rank].ops)
+        return 0;
+    return ctx->peers[rank].ops->id;
 }
 
 int pt_ctx_first_lost(pt_ctx_t *ctx) { return atomic_load(&ctx->first_lost); }
@@ -301,7 +279,7 @@ pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, dou
     if (atomic_fetch_add(&c->bar_count, 1) + 1 == (uint32_t)n) {
         atomic_store(&c->bar_count, 0);
         atomic_fetch_add_explicit(&c->bar_gen, 1, memory_order_release);
-        pt__futex_wake(&c->bar_gen, 1);
+        pt_plat_wake(&c->bar_gen, 1);
         return PT_OK;
     }
     double start = pt__now(), spin = pt__spin_seconds();
@@ -320,6 +298,6 @@ pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, dou
                 return PT_ERR_PEER_LOST;
         if (timeout >= 0 && now - start > timeout)
             return PT_ERR_TIMEOUT;
-        pt__futex_wait(&c->bar_gen, gen, 0.02, 1);
+        pt_plat_wait(&c->bar_gen, gen, 0.02, 1);
     }
 }

@@ -1,11 +1,11 @@
 /* Asynchronous requests: a queue served by the context's progress threads, so a get_async or
  * put_async returns at once and completes off the calling thread. Waiters poll briefly, then
- * block on the request's futex word with a timeout. */
+ * block on the request's done word (pt_plat_wait) with a timeout. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core/transport.h"
 
 static void req_unref(pt_req_t *req)
 {
@@ -34,7 +34,7 @@ static void *progress_main(void *arg)
                           ? pt_put(ctx, req->rank, req->key, req->off, req->buf, req->len)
                           : pt_get(ctx, req->rank, req->key, req->off, req->buf, req->len);
         atomic_store_explicit(&req->done, 1, memory_order_release);
-        pt__futex_wake(&req->done, 0);
+        pt_plat_wake(&req->done, 0);
         req_unref(req);
     }
 }
@@ -67,8 +67,8 @@ void pt__progress_stop(pt_ctx_t *ctx)
     ctx->nthreads = 0;
 }
 
-static pt_status_t submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uint64_t off,
-                          void *buf, size_t len, pt_req_t **out)
+pt_status_t pt__progress_submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uint64_t off,
+                                void *buf, size_t len, pt_req_t **out)
 {
     if (!out || rank < 0 || rank >= ctx->size)
         return PT_ERR_INVALID;
@@ -99,20 +99,22 @@ static pt_status_t submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uin
     return PT_OK;
 }
 
+/* The transport puts the request in flight (tcp: on its socket), or hands it to the progress
+ * threads (shm: pt__progress_submit). */
 pt_status_t pt_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len,
                          pt_req_t **out)
 {
-    if (out && rank >= 0 && rank < ctx->size && ctx->peers[rank].tcp)
-        return pt__tcp_rw(ctx, rank, 0, key, off, dst, len, out); /* in flight on its socket */
-    return submit(ctx, 0, rank, key, off, dst, len, out);
+    if (!out)
+        return PT_ERR_INVALID;
+    return pt__peer_ops(ctx, rank)->get_async(ctx, rank, key, off, dst, len, out);
 }
 
 pt_status_t pt_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                          size_t len, pt_req_t **out)
 {
-    if (out && rank >= 0 && rank < ctx->size && ctx->peers[rank].tcp)
-        return pt__tcp_rw(ctx, rank, 1, key, off, (void *)(uintptr_t)src, len, out);
-    return submit(ctx, 1, rank, key, off, (void *)(uintptr_t)src, len, out);
+    if (!out)
+        return PT_ERR_INVALID;
+    return pt__peer_ops(ctx, rank)->put_async(ctx, rank, key, off, src, len, out);
 }
 
 int pt_req_test(pt_req_t *req, pt_status_t *st)
@@ -140,7 +142,7 @@ pt_status_t pt_req_wait(pt_req_t *req, double timeout)
         if (timeout >= 0 && el >= timeout)
             return PT_ERR_TIMEOUT;
         double slice = timeout < 0 ? 0.1 : timeout - el;
-        pt__futex_wait(&req->done, 0, slice > 0.1 ? 0.1 : slice, 0);
+        pt_plat_wait(&req->done, 0, slice > 0.1 ? 0.1 : slice, 0);
     }
 }
 

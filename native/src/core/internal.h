@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "platform/platform.h"
 #include "pt.h"
 
 #define PT_CTRL_MAGIC 0x70746374726c3031ULL
@@ -53,20 +54,23 @@ typedef struct pt_map {
 } pt_map_t;
 
 typedef struct {
-    int connected;
+    const struct pt_transport_ops *ops;   /* the transport that reaches it (core/transport.h),
+                                             NULL until it is reached */
+    int connected;                        /* its control block is mapped (pt_ctx_connect) */
     int32_t pid;
-    int pidfd;
+    int watch_fd;                         /* readable once the process exits, or -1 */
     _Atomic int lost;
     pt_ctrl_t *ctrl;
     size_t ctrl_len;
+    /* the shm transport's mappings of its segments */
     pthread_mutex_t lock;                 /* taken only to map a segment */
     _Atomic(pt_map_t *) maps[PT_MAX_SEGS];
     pt_map_t *retired;                    /* replaced mappings, unmapped at destroy */
-    struct pt_tcp_peer *tcp;              /* set: this peer is reached over tcp (tcp_client.c) */
+    struct pt_tcp_peer *tcp;              /* set: this peer is reached over tcp (transport/tcp) */
 } pt_peer_t;
 
 struct pt_req {
-    _Atomic uint32_t done;                /* futex word */
+    _Atomic uint32_t done;                /* waiters sleep on it (pt_plat_wait) */
     _Atomic int refs;
     pt_status_t status;
     int is_put;
@@ -110,7 +114,8 @@ struct pt_ctx {
     /* peer monitor */
     pthread_t monitor;
     int monitor_started;
-    int wake_fd;
+    _Atomic int monitor_stop;
+    pt_plat_wakefd_t wake;                /* brings the monitor out of poll() */
     /* tcp: the shared secret, the timeout of synchronous operations, the server */
     uint8_t secret[64];                   /* longer secrets are kept as their SHA-256 */
     size_t secret_len;
@@ -120,15 +125,12 @@ struct pt_ctx {
     struct pt_tcp_server *server;
 };
 
-pt_status_t pt__sys(void);
-/* mmap(MAP_SHARED) of fd, 2 MiB-aligned and advised for huge pages when len allows it. */
-void *pt__map_shared(int fd, size_t len, int prot);             /* records errno, returns PT_ERR_SYS */
+/* For the team engine: a writable direct pointer to [off, off+len) of rank's registration
+ * (core/rma.c; PT_ERR_UNSUPPORTED where the transport cannot map it). */
 pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
                         uint8_t **ptr);
 double pt__now(void);
-int pt__futex_wait(_Atomic uint32_t *addr, uint32_t val, double timeout, int shared);
-void pt__futex_wake(_Atomic uint32_t *addr, int shared);
-/* Spin briefly, then block: returns once *addr != val, or at the deadline (returns 0). */
+/* How long a waiter polls before it blocks (pt_set_spin, $POOLTENSOR_SPIN_US). */
 double pt__spin_seconds(void);
 /* Called while polling: after a few microseconds, give the core to whoever else is runnable
  * (on a loaded or oversubscribed machine that is often the peer we are waiting for). */
@@ -136,6 +138,10 @@ void pt__relax(double elapsed);
 
 pt_status_t pt__progress_start(pt_ctx_t *ctx);
 void pt__progress_stop(pt_ctx_t *ctx);
+/* A get (or a put) for the progress threads to do with pt_get (pt_put); *out completes when
+ * it is done. */
+pt_status_t pt__progress_submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uint64_t off,
+                                void *buf, size_t len, pt_req_t **out);
 pt_status_t pt__monitor_start(pt_ctx_t *ctx);
 void pt__monitor_stop(pt_ctx_t *ctx);
 void pt__monitor_poke(pt_ctx_t *ctx);
@@ -146,26 +152,15 @@ void pt__peer_mark_lost(pt_ctx_t *ctx, int rank);
 pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
                            int write, int *seg, uint64_t *where);
 
-/* sha256.c */
-void pt__hmac_parts(const void *key, size_t klen, const void *const *parts, const size_t *lens,
-                    int n, uint8_t out[32]);
-int pt__ct_equal(const void *a, const void *b, size_t len);
-
-/* tcp_client.c / tcp_server.c: one-sided operations to a peer reached over tcp */
-pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t off, void *buf,
-                       size_t len, pt_req_t **async_out);
-pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64_t off,
-                           int64_t a, int64_t b, int64_t *old_out);
-pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
-                                size_t n, size_t itemsize, const void *src);
-/* A put whose bytes are in memory before the int64 at (nkey, noff) grows by v (PUT_NOTIFY). */
-pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                               const void *src, size_t len, uint64_t nkey, uint64_t noff,
-                               int64_t v);
-/* A notify in flight: *out completes with the target's answer. */
-pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
-                                 pt_req_t **out);
-void pt__tcp_client_stop(pt_ctx_t *ctx);
-void pt__tcp_server_stop(pt_ctx_t *ctx);
+/* The 32-bit half of an int64 counter that changes first on small increments: the word its
+ * waiters sleep on (pt_plat_wait), woken by whoever moves it (notify, over any transport). */
+static inline _Atomic uint32_t *pt__low_word(const void *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (_Atomic uint32_t *)((uint8_t *)(uintptr_t)p + 4);
+#else
+    return (_Atomic uint32_t *)(uintptr_t)p;
+#endif
+}
 
 #endif

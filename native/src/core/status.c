@@ -1,17 +1,10 @@
-/* Status strings, errno capture, clocks and futexes shared by the whole data path. */
+/* Status strings, the clock and the poll-then-block policy shared by the whole data path. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
-#include <stdlib.h>
-#include <sys/syscall.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "internal.h"
-
-static _Thread_local int last_errno;
+#include "core/internal.h"
 
 const char *pt_status_str(pt_status_t st)
 {
@@ -34,14 +27,6 @@ const char *pt_status_str(pt_status_t st)
     return "unknown status";
 }
 
-int pt_last_errno(void) { return last_errno; }
-
-pt_status_t pt__sys(void)
-{
-    last_errno = errno;
-    return PT_ERR_SYS;
-}
-
 double pt__now(void)
 {
     struct timespec ts;
@@ -49,28 +34,11 @@ double pt__now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int pt__futex_wait(_Atomic uint32_t *addr, uint32_t val, double timeout, int shared)
-{
-    struct timespec ts, *tsp = NULL;
-    if (timeout >= 0) {
-        ts.tv_sec = (time_t)timeout;
-        ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
-        tsp = &ts;
-    }
-    int op = shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
-    return (int)syscall(SYS_futex, (uint32_t *)addr, op, val, tsp, NULL, 0);
-}
-
-void pt__futex_wake(_Atomic uint32_t *addr, int shared)
-{
-    int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
-    syscall(SYS_futex, (uint32_t *)addr, op, INT_MAX, NULL, NULL, 0);
-}
-
 static _Atomic double spin_seconds = -1;
 
 /* How long a waiter polls before it blocks. Long enough to catch a peer running on another
- * core (a futex wake-up costs tens of microseconds), short when ranks outnumber cores. */
+ * core (a wake-up from pt_plat_wait costs tens of microseconds), short when ranks outnumber
+ * cores. */
 double pt__spin_seconds(void)
 {
     double s = atomic_load_explicit(&spin_seconds, memory_order_relaxed);

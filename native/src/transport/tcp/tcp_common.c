@@ -1,15 +1,14 @@
-/* What the tcp client and server share: socket I/O with deadlines, nonces, the handshake MAC,
- * and the context's tcp settings (secret, timeout). */
+/* What the tcp client and server share: socket I/O with deadlines, the handshake MAC, and the
+ * context's tcp settings (secret, timeout). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "tcp_proto.h"
+#include "transport/tcp/tcp_proto.h"
 
 int pt__tcp_tune(int fd, double slice)
 {
@@ -135,22 +134,6 @@ int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int
     return 0;
 }
 
-int pt__tcp_random(void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len) {
-        long n = syscall(SYS_getrandom, p, len, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 void pt__tcp_mac(const pt_ctx_t *ctx, int server, const uint8_t *ns, const uint8_t *nc,
                  int64_t rank, uint8_t out[PT_TCP_MAC])
 {
@@ -183,13 +166,4 @@ pt_status_t pt_ctx_set_timeout(pt_ctx_t *ctx, double seconds)
         return PT_ERR_INVALID;
     ctx->timeout = seconds;
     return PT_OK;
-}
-
-int pt_ctx_transport(pt_ctx_t *ctx, int rank)
-{
-    if (!ctx || rank < 0 || rank >= ctx->size)
-        return 0;
-    if (ctx->peers[rank].tcp)
-        return 2;
-    return ctx->peers[rank].connected ? 1 : 0;
 }

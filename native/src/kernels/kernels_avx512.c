@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 
 #if defined(__clang__)
 #pragma clang attribute push( \
@@ -21,7 +21,7 @@
 #define PT_KNAME pt_kernels_avx512
 #define PT_KISA "avx512"
 #define PT_KF16 PT_KF16_F16C
-#include "kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop

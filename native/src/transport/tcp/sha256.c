@@ -3,7 +3,8 @@
  * by the tests. Not a general crypto library: no streaming API beyond what HMAC needs. */
 #include <string.h>
 
-#include "internal.h"
+#include "pt.h"
+#include "transport/tcp/sha256.h"
 
 typedef struct {
     uint32_t h[8];

@@ -29,7 +29,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 
 #define PT_KF16_BITS 1
 #define PT_KF16_FLOAT16 2

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 #include "pt.h"
 
 #define PT_KMAXDIM 64 /* as Python's buffer protocol and numpy */

@@ -12,11 +12,10 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcp_proto.h"
+#include "transport/tcp/tcp_proto.h"
 
 typedef struct pt_tcp_sconn {
     struct pt_tcp_server *srv;
@@ -31,7 +30,8 @@ typedef struct pt_tcp_sconn {
 
 typedef struct pt_tcp_server {
     pt_ctx_t *ctx;
-    int lfd, wake_fd;
+    int lfd;
+    pt_plat_wakefd_t wake;      /* brings the listener out of poll() to stop */
     pthread_t thread;
     pthread_mutex_t lock;       /* the connection list, pending, authed, seq */
     pt_tcp_sconn_t *conns;
@@ -179,15 +179,11 @@ static pt_status_t counter(pt_ctx_t *ctx, uint64_t key, uint64_t off, uint8_t **
     return st;
 }
 
-/* Add v to the int64 at p and wake pt_wait_local on its low word (as rma.c's notify does). */
+/* Add v to the int64 at p and wake pt_wait_local on its low word (as the shm notify does). */
 static int64_t bump(uint8_t *p, int64_t v)
 {
     int64_t old = atomic_fetch_add((_Atomic int64_t *)(uintptr_t)p, v);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    pt__futex_wake((_Atomic uint32_t *)(uintptr_t)(p + 4), 1);
-#else
-    pt__futex_wake((_Atomic uint32_t *)(uintptr_t)p, 1);
-#endif
+    pt_plat_wake(pt__low_word(p), 1);
     return old;
 }
 
@@ -304,7 +300,7 @@ static int handshake(serve_t *s)
 {
     pt_tcp_server_t *srv = s->srv;
     uint8_t ns[PT_TCP_NONCE], in[PT_TCP_HDR], pl[PT_TCP_NONCE + PT_TCP_MAC], mac[PT_TCP_MAC];
-    if (pt__tcp_random(ns, sizeof(ns)) < 0)
+    if (pt_plat_random(ns, sizeof(ns)) != PT_OK)
         return -1;
     pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_HELLO, .len = PT_TCP_NONCE,
                       .a = PT_TCP_VERSION};
@@ -510,7 +506,7 @@ static void *listen_main(void *arg)
     pthread_attr_setstacksize(&attr, 256 * 1024);
     for (;;) {
         struct pollfd pf[2] = {{.fd = srv->lfd, .events = POLLIN},
-                               {.fd = srv->wake_fd, .events = POLLIN}};
+                               {.fd = srv->wake.rfd, .events = POLLIN}};
         if (poll(pf, 2, -1) < 0 && errno != EINTR)
             break;
         if (atomic_load(&srv->stopping))
@@ -597,11 +593,9 @@ pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_o
     srv->ctx = ctx;
     srv->lfd = lfd;
     pthread_mutex_init(&srv->lock, NULL);
-    srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (srv->wake_fd < 0) {
-        st = pt__sys();
+    st = pt_plat_wakefd_open(&srv->wake);
+    if (st != PT_OK)
         goto err_srv;
-    }
     if (pthread_create(&srv->thread, NULL, listen_main, srv) != 0) {
         st = PT_ERR_SYS;
         goto err_wake;
@@ -611,7 +605,7 @@ pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_o
     *port_out = bound;
     return PT_OK;
 err_wake:
-    close(srv->wake_fd);
+    pt_plat_wakefd_close(&srv->wake);
 err_srv:
     free(srv);
 err_sock:
@@ -627,12 +621,11 @@ void pt__tcp_server_stop(pt_ctx_t *ctx)
     if (!srv)
         return;
     atomic_store(&srv->stopping, 1);
-    uint64_t one = 1;
-    (void)!write(srv->wake_fd, &one, sizeof(one));
+    pt_plat_wakefd_signal(&srv->wake);
     pthread_join(srv->thread, NULL);
     reap(srv, 1);
     close(srv->lfd);
-    close(srv->wake_fd);
+    pt_plat_wakefd_close(&srv->wake);
     pthread_mutex_destroy(&srv->lock);
     ctx->server = NULL;
     free(srv);

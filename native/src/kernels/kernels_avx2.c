@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,f16c"))), \
@@ -20,7 +20,7 @@
 #define PT_KNAME pt_kernels_avx2
 #define PT_KISA "avx2"
 #define PT_KF16 PT_KF16_F16C
-#include "kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -9,15 +9,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcp_client.h"
+#include "transport/tcp/tcp_client.h"
 
 /* Make the receiver look at `reading` again (lock held). */
 void pt__tcp_kick_locked(pt_tcp_conn_t *c)
 {
     if (c->rx_watching && !c->rx_kicked) {
-        uint64_t one = 1;
         c->rx_kicked = 1;
-        (void)!write(c->rx_wake, &one, sizeof(one));
+        pt_plat_wakefd_signal(&c->rx_wake);
     }
 }
 
@@ -27,7 +26,7 @@ static void publish(pt_req_t *req)
 {
     atomic_store_explicit(&req->done, 1, memory_order_release);
     if (!req->self_read) /* (its caller reads replies itself: it does not sleep on done) */
-        pt__futex_wake(&req->done, 0);
+        pt_plat_wake(&req->done, 0);
     pt_req_release(req); /* the connection's reference */
 }
 
@@ -203,16 +202,14 @@ void *pt__tcp_receiver_main(void *arg)
             return NULL;
         struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | POLLRDHUP
                                                                     : POLLRDHUP)},
-                               {.fd = c->rx_wake, .events = POLLIN}};
+                               {.fd = c->rx_wake.rfd, .events = POLLIN}};
         int rc = poll(pf, 2, mine ? 100 : 1000);
         if (atomic_load(&c->dead))
             return NULL;
         if (rc < 0 && errno != EINTR)
             break;
-        if (rc > 0 && (pf[1].revents & POLLIN)) {
-            uint64_t v;
-            (void)!read(c->rx_wake, &v, sizeof(v));
-        }
+        if (rc > 0 && (pf[1].revents & POLLIN))
+            pt_plat_wakefd_drain(&c->rx_wake);
         if (mine) {
             if (rc > 0 && pf[0].revents && read_reply(c) < 0)
                 break;
@@ -229,7 +226,7 @@ void *pt__tcp_receiver_main(void *arg)
                 c->reading = READ_RECEIVER;
             pthread_mutex_unlock(&c->lock);
             if (waiter) {
-                struct pollfd w = {.fd = c->rx_wake, .events = POLLIN};
+                struct pollfd w = {.fd = c->rx_wake.rfd, .events = POLLIN};
                 (void)!poll(&w, 1, 10);
             }
         }

@@ -7,13 +7,13 @@
  * which frees slot s % nslots for chunk s + nslots. Slots are reused, so they stay in cache.
  * Reductions take members in rank order (pt_reduce over all sources at once), so one-shot and
  * two-shot give the same bytes on every member. Waits poll briefly, then sleep on the
- * publisher's futex bell; each checks the deadline and whether the peer died.
+ * publisher's bell (pt_plat_wait); each checks the deadline and whether the peer died.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define PT_STAGE_HDR 4096
 #define PT_TEAM_MAX 512
@@ -126,7 +126,7 @@ static void publish(pt_team_t *t, _Atomic uint64_t *ctr, uint64_t v)
     atomic_store(ctr, v);
     if (atomic_load(&h->sleepers)) {
         atomic_fetch_add(&h->bell, 1);
-        pt__futex_wake(&h->bell, 1);
+        pt_plat_wake(&h->bell, 1);
     }
 }
 
@@ -165,7 +165,7 @@ static pt_status_t wait_for(pt_team_t *t, int i, _Atomic uint64_t *ctr, uint64_t
         atomic_fetch_add(&h->sleepers, 1);
         uint32_t bell = atomic_load(&h->bell);
         if (atomic_load(ctr) < v)
-            pt__futex_wait(&h->bell, bell, 0.01, 1);
+            pt_plat_wait(&h->bell, bell, 0.01, 1);
         atomic_fetch_sub(&h->sleepers, 1);
     }
 }

@@ -18,11 +18,11 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tcp_client.h"
+#include "core/transport.h"
+#include "transport/tcp/tcp_client.h"
 
 /* ---- sending ---- */
 
@@ -199,8 +199,9 @@ static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline)
         return PT_ERR_INVALID;
     if (pt__tcp_recv(fd, ns, sizeof(ns), deadline, NULL, NULL) < 0)
         return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    if (pt__tcp_random(pl, PT_TCP_NONCE) < 0)
-        return pt__sys();
+    pt_status_t st = pt_plat_random(pl, PT_TCP_NONCE);
+    if (st != PT_OK)
+        return st;
     pt__tcp_mac(ctx, 0, ns, pl, ctx->rank, pl + PT_TCP_NONCE);
     h = (pt_tcp_hdr_t){.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH, .len = sizeof(pl),
                        .a = ctx->rank};
@@ -248,9 +249,8 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_c
     c->rank = rank;
     c->fd = fd;
     c->next_id = 1;
-    c->rx_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (c->rx_wake < 0) {
-        st = pt__sys();
+    st = pt_plat_wakefd_open(&c->rx_wake);
+    if (st != PT_OK) {
         free(c);
         goto err_fd;
     }
@@ -275,7 +275,7 @@ err_conn:
     pthread_cond_destroy(&c->slot_cond);
     pthread_mutex_destroy(&c->send_lock);
     pthread_mutex_destroy(&c->lock);
-    close(c->rx_wake);
+    pt_plat_wakefd_close(&c->rx_wake);
     free(c);
 err_fd:
     close(fd);
@@ -448,8 +448,10 @@ static pt_status_t issue(pt_ctx_t *ctx, int rank, pt_req_t *r, pt_req_t **async_
     return wait_sync(c, reader, r, old_out);
 }
 
-pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t off, void *buf,
-                       size_t len, pt_req_t **async_out)
+/* ---- the transport's operations (pt_transport_tcp) ---- */
+
+static pt_status_t tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t off, void *buf,
+                          size_t len, pt_req_t **async_out)
 {
     pt_status_t st = check_peer(ctx, rank);
     if (st != PT_OK)
@@ -462,8 +464,8 @@ pt_status_t pt__tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64_t 
     return issue(ctx, rank, r, async_out, NULL);
 }
 
-pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64_t off,
-                           int64_t a, int64_t b, int64_t *old_out)
+static pt_status_t tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64_t off,
+                              int64_t a, int64_t b, int64_t *old_out)
 {
     pt_status_t st = check_peer(ctx, rank);
     if (st != PT_OK)
@@ -476,8 +478,8 @@ pt_status_t pt__tcp_atomic(pt_ctx_t *ctx, int rank, int op, uint64_t key, uint64
     return issue(ctx, rank, r, NULL, old_out);
 }
 
-pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
-                                size_t n, size_t itemsize, const void *src)
+static pt_status_t tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
+                                   size_t n, size_t itemsize, const void *src)
 {
     pt_status_t st = check_peer(ctx, rank);
     if (st != PT_OK)
@@ -505,9 +507,10 @@ pt_status_t pt__tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uin
     return issue(ctx, rank, r, NULL, NULL);
 }
 
-pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                               const void *src, size_t len, uint64_t nkey, uint64_t noff,
-                               int64_t v)
+/* A put whose bytes are in memory before the int64 at (nkey, noff) grows by v (PUT_NOTIFY). */
+static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                  const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                  int64_t v)
 {
     pt_status_t st = check_peer(ctx, rank);
     if (st != PT_OK)
@@ -523,8 +526,9 @@ pt_status_t pt__tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t o
     return issue(ctx, rank, r, NULL, NULL);
 }
 
-pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
-                                 pt_req_t **out)
+/* A notify in flight: *out completes with the target's answer. */
+static pt_status_t tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                    int64_t v, pt_req_t **out)
 {
     pt_status_t st = check_peer(ctx, rank);
     if (st != PT_OK)
@@ -534,6 +538,48 @@ pt_status_t pt__tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
         return PT_ERR_NOMEM;
     r->a = v;
     return issue(ctx, rank, r, out, NULL);
+}
+
+static pt_status_t tcp_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst,
+                           size_t len)
+{
+    return tcp_rw(ctx, rank, 0, key, off, dst, len, NULL);
+}
+
+static pt_status_t tcp_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
+                           size_t len)
+{
+    return tcp_rw(ctx, rank, 1, key, off, (void *)(uintptr_t)src, len, NULL);
+}
+
+/* in flight on its socket; no progress thread takes part */
+static pt_status_t tcp_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst,
+                                 size_t len, pt_req_t **out)
+{
+    return tcp_rw(ctx, rank, 0, key, off, dst, len, out);
+}
+
+static pt_status_t tcp_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                 const void *src, size_t len, pt_req_t **out)
+{
+    return tcp_rw(ctx, rank, 1, key, off, (void *)(uintptr_t)src, len, out);
+}
+
+static pt_status_t tcp_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                                 int64_t *old_out)
+{
+    return tcp_atomic(ctx, rank, PT_TCP_OP_FETCH_ADD, key, off, v, 0, old_out);
+}
+
+static pt_status_t tcp_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                    int64_t expected, int64_t desired, int64_t *old_out)
+{
+    return tcp_atomic(ctx, rank, PT_TCP_OP_CSWAP, key, off, expected, desired, old_out);
+}
+
+static pt_status_t tcp_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v)
+{
+    return tcp_atomic(ctx, rank, PT_TCP_OP_NOTIFY, key, off, v, 0, NULL);
 }
 
 pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank)
@@ -563,6 +609,7 @@ pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int po
     p->port = port;
     pthread_mutex_init(&p->lock, NULL);
     pe->tcp = p;
+    pe->ops = &pt_transport_tcp; /* from now on, whether or not it is also connected */
     return PT_OK;
 }
 
@@ -573,7 +620,7 @@ static void conn_close(pt_tcp_conn_t *c)
     pthread_join(c->sender, NULL);
     pthread_join(c->receiver, NULL);
     close(c->fd);
-    close(c->rx_wake);
+    pt_plat_wakefd_close(&c->rx_wake);
     pthread_cond_destroy(&c->cond);
     pthread_cond_destroy(&c->slot_cond);
     pthread_mutex_destroy(&c->send_lock);
@@ -581,7 +628,7 @@ static void conn_close(pt_tcp_conn_t *c)
     free(c);
 }
 
-void pt__tcp_client_stop(pt_ctx_t *ctx)
+static void client_stop(pt_ctx_t *ctx)
 {
     for (int r = 0; r < ctx->size; r++) {
         pt_tcp_peer_t *p = ctx->peers[r].tcp;
@@ -595,5 +642,34 @@ void pt__tcp_client_stop(pt_ctx_t *ctx)
         pthread_mutex_destroy(&p->lock);
         free(p);
         ctx->peers[r].tcp = NULL;
+        ctx->peers[r].ops = NULL; /* not reached over tcp any more (core/transport.h) */
     }
 }
+
+/* Serving first (nothing touches our memory after), then our own connections. */
+static void tcp_stop(pt_ctx_t *ctx)
+{
+    pt__tcp_server_stop(ctx);
+    client_stop(ctx);
+}
+
+/* Nothing to map: the memory is on another machine. */
+const pt_transport_ops_t pt_transport_tcp = {
+    .name = "tcp",
+    .id = 2,
+    .caps = PT_CAP_GET | PT_CAP_PUT | PT_CAP_ASYNC | PT_CAP_FETCH_ADD | PT_CAP_COMPARE_SWAP |
+            PT_CAP_NOTIFY | PT_CAP_PUT_NOTIFY | PT_CAP_PUT_INDEXED,
+    .get = tcp_get,
+    .put = tcp_put,
+    .get_async = tcp_get_async,
+    .put_async = tcp_put_async,
+    .fetch_add = tcp_fetch_add,
+    .compare_swap = tcp_compare_swap,
+    .notify = tcp_notify,
+    .notify_async = tcp_notify_async,
+    .put_notify = tcp_put_notify,
+    .put_indexed = tcp_put_indexed,
+    .map = pt_transport_unsupported_map,
+    .stop = tcp_stop,
+    .release = NULL,
+};

@@ -1,0 +1,130 @@
+/* The one-sided operations of pt.h. Each checks what does not depend on the transport, then
+ * goes through the ops table of the transport that reaches the rank (core/transport.h). Here
+ * too: the registration table every target checks an access against, and the wait on a local
+ * counter that notifies move. */
+#include "core/transport.h"
+
+pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
+                           int write, int *seg, uint64_t *where)
+{
+    uint64_t slot = key & 0xffff;
+    if (slot >= PT_MAX_REGS || key == 0)
+        return PT_ERR_KEY;
+    const pt_ctrl_reg_t *reg = &ctrl->regs[slot];
+    if (atomic_load_explicit(&reg->key, memory_order_acquire) != key)
+        return PT_ERR_KEY;
+    pt_ctrl_reg_t r;
+    r.access = reg->access;
+    r.seg = reg->seg;
+    r.off = reg->off;
+    r.len = reg->len;
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&reg->key, memory_order_relaxed) != key)
+        return PT_ERR_KEY;
+    if (off > r.len || len > r.len - off)
+        return PT_ERR_BOUNDS;
+    if (write && !(r.access & 2))
+        return PT_ERR_MODE;
+    *seg = r.seg;
+    *where = r.off + off;
+    return PT_OK;
+}
+
+pt_status_t pt_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len)
+{
+    return pt__peer_ops(ctx, rank)->get(ctx, rank, key, off, dst, len);
+}
+
+pt_status_t pt_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
+                   size_t len)
+{
+    return pt__peer_ops(ctx, rank)->put(ctx, rank, key, off, src, len);
+}
+
+pt_status_t pt_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                         int64_t *old_out)
+{
+    return pt__peer_ops(ctx, rank)->fetch_add(ctx, rank, key, off, v, old_out);
+}
+
+pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t expected,
+                            int64_t desired, int64_t *old_out)
+{
+    return pt__peer_ops(ctx, rank)->compare_swap(ctx, rank, key, off, expected, desired, old_out);
+}
+
+pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v)
+{
+    return pt__peer_ops(ctx, rank)->notify(ctx, rank, key, off, v);
+}
+
+pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
+                          size_t len, uint64_t nkey, uint64_t noff, int64_t v)
+{
+    return pt__peer_ops(ctx, rank)->put_notify(ctx, rank, key, off, src, len, nkey, noff, v);
+}
+
+pt_status_t pt_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
+                            pt_req_t **out)
+{
+    if (!out)
+        return PT_ERR_INVALID;
+    return pt__peer_ops(ctx, rank)->notify_async(ctx, rank, key, off, v, out);
+}
+
+pt_status_t pt_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs, size_t n,
+                           size_t itemsize, const void *src)
+{
+    if (n == 0)
+        return PT_OK;
+    if (!offs || !src || itemsize == 0)
+        return PT_ERR_INVALID;
+    return pt__peer_ops(ctx, rank)->put_indexed(ctx, rank, key, offs, n, itemsize, src);
+}
+
+pt_status_t pt_attach(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len, int write,
+                      void **ptr)
+{
+    return pt__peer_ops(ctx, rank)->map(ctx, rank, key, off, len, write ? PT_MAP_WRITE : 0, ptr);
+}
+
+/* For the team engine: a direct pointer to [off, off+len) of rank's registration, writable;
+ * this process's own memory may lie outside its segments. */
+pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
+                        uint8_t **ptr)
+{
+    void *p;
+    pt_status_t st =
+        pt__peer_ops(ctx, rank)->map(ctx, rank, key, off, len, PT_MAP_WRITE | PT_MAP_LOCAL, &p);
+    if (st == PT_OK)
+        *ptr = p;
+    return st;
+}
+
+pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,
+                          double timeout)
+{
+    if (!addr || ((uintptr_t)addr & 7))
+        return PT_ERR_ALIGN;
+    _Atomic int64_t *p = (_Atomic int64_t *)(uintptr_t)addr;
+    double start = pt__now(), spin = pt__spin_seconds();
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(p, memory_order_acquire) >= value)
+            return PT_OK;
+        if ((i & 63) != 63)
+            continue;
+        double el = pt__now() - start;
+        if (el < spin) {
+            pt__relax(el);
+            continue;
+        }
+        if (watch >= 0 && pt_ctx_peer_lost(ctx, watch))
+            return PT_ERR_PEER_LOST;
+        if (timeout >= 0 && el > timeout)
+            return PT_ERR_TIMEOUT;
+        uint32_t w = atomic_load(pt__low_word(p));
+        if (atomic_load(p) >= value)
+            return PT_OK;
+        pt_plat_wait(pt__low_word(p), w, 0.01, 1);
+    }
+}

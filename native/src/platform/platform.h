@@ -1,0 +1,94 @@
+/* What differs between operating systems, behind one small interface. The core, the team
+ * engine and the transports call these instead of system calls of their own. A profile
+ * implements all of it and is chosen at build time: linux.c today (memfd, futex, eventfd, pidfd,
+ * cross-memory attach). Nothing here knows of contexts, peers or transports.
+ *
+ * A call that fails with PT_ERR_SYS has recorded errno (pt__sys) for pt_last_errno().
+ */
+#ifndef PT_PLATFORM_H
+#define PT_PLATFORM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pt.h"
+
+/* ---- errors (errno.c, shared by every profile) ---- */
+
+/* Record errno for pt_last_errno() and return PT_ERR_SYS: right after a failed system call. */
+pt_status_t pt__sys(void);
+
+/* ---- shareable segments ---- */
+
+/* Shared memory that a same-host peer maps knowing only our pid and the handle. Linux: a
+ * memfd (no name in /dev/shm, so nothing outlives the processes that hold it, even after
+ * SIGKILL), which peers open through /proc/<pid>/fd/<handle>. */
+typedef struct {
+    void *base;
+    size_t len;
+    int handle;
+} pt_plat_segment_t;
+
+/* len bytes (a multiple of the page size), mapped read-write; large ones 2 MiB-aligned and
+ * advised for transparent huge pages. */
+pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out);
+void pt_plat_segment_destroy(pt_plat_segment_t *seg);
+/* Map len bytes of segment `handle` of process pid, placed as pt_plat_segment_create places
+ * ours. write: read-write or fail; else read-write where the system lets us, read-only
+ * otherwise (*writable_out, may be NULL, says which). PT_ERR_PEER_LOST when the process or
+ * the segment is gone. */
+pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int write,
+                                void **base_out, int *writable_out);
+void pt_plat_segment_unmap(void *base, size_t len);
+
+/* ---- wait and wake on a 32-bit word (Linux: a futex) ---- */
+
+/* Sleep while *addr == expected, for at most timeout seconds (< 0: no limit). shared: the word
+ * may be in memory shared with other processes. It may return early (a wake-up, a signal, or
+ * a profile that cannot sleep on an address naps instead): callers check again. */
+void pt_plat_wait(_Atomic uint32_t *addr, uint32_t expected, double timeout, int shared);
+/* Wake everyone sleeping in pt_plat_wait on addr. */
+void pt_plat_wake(_Atomic uint32_t *addr, int shared);
+
+/* ---- wake-up descriptors: how a thread blocked in poll() is woken ---- */
+
+/* rfd polls readable (POLLIN) once signalled, until drained. Linux: one eventfd (rfd == wfd);
+ * a pipe where there is none. */
+typedef struct {
+    int rfd, wfd;
+} pt_plat_wakefd_t;
+
+#define PT_PLAT_WAKEFD_CLOSED ((pt_plat_wakefd_t){-1, -1})
+
+pt_status_t pt_plat_wakefd_open(pt_plat_wakefd_t *out);
+/* Make rfd readable (nothing when closed); never blocks. */
+void pt_plat_wakefd_signal(const pt_plat_wakefd_t *w);
+/* Take every signal so far: rfd is not readable until the next one. */
+void pt_plat_wakefd_drain(const pt_plat_wakefd_t *w);
+/* Close it (nothing when closed); it is closed after. */
+void pt_plat_wakefd_close(pt_plat_wakefd_t *w);
+
+/* ---- peer death ---- */
+
+/* A descriptor that polls readable once process pid has exited (Linux: a pidfd), or -1 where
+ * the system offers none: then ask pt_plat_peer_gone now and then. */
+int pt_plat_peer_watch(int32_t pid);
+void pt_plat_peer_unwatch(int fd);       /* nothing for -1 */
+/* 1 when process pid is known to be gone. */
+int pt_plat_peer_gone(int32_t pid);
+
+/* ---- copying from and to a peer's private memory (Linux: cross-memory attach) ---- */
+
+/* len bytes between buf and address addr in process pid, the kernel serving it without the
+ * peer taking part. PT_ERR_PEER_LOST when the process is gone, PT_ERR_BOUNDS when the copy
+ * stops short, PT_ERR_UNSUPPORTED where the system has no such copy. */
+pt_status_t pt_plat_copy_from_peer(int32_t pid, void *dst, uint64_t addr, size_t len);
+pt_status_t pt_plat_copy_to_peer(int32_t pid, uint64_t addr, const void *src, size_t len);
+
+/* ---- random bytes ---- */
+
+/* len bytes from the system's random source. */
+pt_status_t pt_plat_random(void *buf, size_t len);
+
+#endif
