@@ -1,6 +1,6 @@
 """Native kernels for numpy arrays: copy, strided gather/scatter, elementwise and full reductions.
 
-The work happens in C (``native/src/kernels*.c``), vectorized for the CPU at hand and run
+The work happens in C (``native/src/kernels/``), vectorized for the CPU at hand and run
 without the GIL; this module only maps numpy dtypes and op names to the native codes and checks
 shapes, so that a mistake is reported in numpy's terms before any pointer reaches C.
 

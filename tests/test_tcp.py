@@ -20,7 +20,7 @@ from conftest import SCRIPTS, check_ranks, run_env_ranks
 
 SECRET = b"tcp-test-secret-0123456789abcdef"
 CHUNK = 256 << 10
-HDR = struct.Struct("<IHHIIQQQQqq")          # the frame header of native/src/tcp_proto.h
+HDR = struct.Struct("<IHHIIQQQQqq")          # the frame header of native/src/transport/tcp/tcp_proto.h
 MAGIC, HELLO, AUTH, AUTH_OK, GET, PUT, FADD, CSWAP, NOTIFY, PUTIDX, BYE = (
     0x31545450, 1, 2, 3, 16, 17, 18, 19, 20, 21, 22)
 TCP = {"POOLTENSOR_TRANSPORT": "tcp"}

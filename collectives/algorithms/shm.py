@@ -1,5 +1,5 @@
 """Shared-memory direct algorithms: every rank reads its peers' staging slots in place
-(native/src/team.c). One-shot: each rank reduces whole chunks; two-shot: each reduces 1/n of
+(native/src/team/team.c). One-shot: each rank reduces whole chunks; two-shot: each reduces 1/n of
 every chunk, then all gather the pieces. Both reduce in rank order, so they agree bit for bit.
 """
 from .. import _native

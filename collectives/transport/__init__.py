@@ -2,9 +2,10 @@
 (get, put, fetch_add, compare_swap, notify) behind the native context; this module only chooses
 one per peer, and where a rank listens for tcp.
 
-- ``shm``: same machine; the peer's segments are mapped and copied directly (native/src/rma.c).
+- ``shm``: same machine; the peer's segments are mapped and copied directly (native/src/transport/shm/).
 - ``tcp``: between machines; served at the target by native threads, authenticated with the
-  pool's secret (native/src/tcp_*.c). ``POOLTENSOR_TRANSPORT=tcp`` uses it on one machine too.
+  pool's secret (native/src/transport/tcp/). ``POOLTENSOR_TRANSPORT=tcp`` uses it on one
+  machine too.
 
 A machine is (hostname, boot id, network namespace): ranks in different network namespaces
 cannot reach each other's loopback, so they are different machines to the transports (which is

@@ -4,7 +4,7 @@ handshake, socket exchange with deadlines, and a model of what the server must a
 Why a model: every hostile frame has one right outcome (a refusal with a given status, a
 reply with given bytes, or the connection closed and counted), so the fuzzer can check each
 answer exactly instead of only checking that the server survived. The model follows the wire
-description in native/src/tcp_proto.h; where that text is silent it follows what the server
+description in native/src/transport/tcp/tcp_proto.h; where that text is silent it follows what the server
 does today (noted below), so a change there shows up here as a mismatch to look at.
 """
 import errno
@@ -295,7 +295,7 @@ class Model:
         self.by_key = {r.key: r for r in regions}
 
     def lookup(self, key, off, n, write):
-        """(status, region) as the target's registration table answers (rma.c reg_lookup)."""
+        """(status, region) as the target's registration table answers (core/rma.c, pt__reg_lookup)."""
         key &= M64
         if (key & 0xFFFF) >= MAX_REGS or key == 0 or key not in self.by_key:
             return E_KEY, None
