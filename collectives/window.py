@@ -137,8 +137,9 @@ class Window:
             raise ValueError("window is closed")
         if not 0 <= rank < self.world.size:
             raise ValueError(f"rank {rank} out of range for a world of {self.world.size}")
-        if offset < 0:
-            raise RemoteAccessError("negative offset", rank=rank, offset=offset)
+        if offset < 0 or offset >= 1 << 64:   # never taken modulo 2**64: no memory is there
+            raise RemoteAccessError("negative offset" if offset < 0 else "offset beyond 2**64",
+                                    rank=rank, host=self.world.hosts[rank], offset=offset)
 
     def get(self, rank, offset, out):
         """Read len(out) bytes at `offset` of rank's memory into `out`; returns `out`."""
@@ -212,7 +213,13 @@ class Window:
         an element-precise scatter in one call."""
         import numpy as np
         self._check(rank, 0)
-        offs = np.ascontiguousarray(offsets, np.uint64)
+        offs = np.asarray(offsets)
+        if offs.size and offs.dtype.kind not in "iu":
+            raise TypeError(f"offsets must be integers, not {offs.dtype}")
+        if offs.size and offs.dtype.kind == "i" and int(offs.min()) < 0:
+            raise RemoteAccessError("negative offset", rank=rank, host=self.world.hosts[rank],
+                                    offset=int(offs.min()))
+        offs = np.ascontiguousarray(offs, np.uint64)
         try:
             self._ctx.put_indexed(rank, self._keys[rank], offs, itemsize, data)
         except _native.Error as e:

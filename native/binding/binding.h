@@ -43,6 +43,11 @@ static inline PyObject *pt_py_closed(void)
             return pt_py_closed();                                                  \
     } while (0)
 
+/* An "O&" converter for keys and offsets: a Python integer in [0, 2**64) into the unsigned long
+ * long at `out`. The "K" format would take any integer modulo 2**64, so 2**64 + 8 would silently
+ * name offset 8; here it is an OverflowError, as is a negative value. */
+int pt_py_u64(PyObject *obj, void *out);
+
 int pt_py_add_kernels(PyObject *module);
 
 /* tcp_py.c: Context methods for the tcp transport, and module functions */

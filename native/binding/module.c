@@ -3,6 +3,25 @@
  * Python layer above turns that into the typed errors of collectives.errors. */
 #include "binding.h"
 
+int pt_py_u64(PyObject *obj, void *out)
+{
+    PyObject *i = PyNumber_Index(obj);
+    if (!i)
+        return 0;
+    unsigned long long v = PyLong_AsUnsignedLongLong(i);
+    Py_DECREF(i);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_OverflowError, "%R is out of range for an offset or key "
+                         "(0 <= value < 2**64)", obj);
+        }
+        return 0;
+    }
+    *(unsigned long long *)out = v;
+    return 1;
+}
+
 static PyObject *Error;
 
 PyObject *pt_py_raise(pt_status_t st, int who)
@@ -398,7 +417,7 @@ static PyObject *Context_register(ContextObject *self, PyObject *args)
 static PyObject *Context_deregister(ContextObject *self, PyObject *args)
 {
     unsigned long long key;
-    if (!PyArg_ParseTuple(args, "K", &key))
+    if (!PyArg_ParseTuple(args, "O&", pt_py_u64, &key))
         return NULL;
     CTX(self);
     pt_status_t st;
@@ -432,7 +451,8 @@ static PyObject *transfer(ContextObject *self, PyObject *args, int is_put)
     int rank;
     unsigned long long key, off;
     Py_buffer b;
-    if (!PyArg_ParseTuple(args, is_put ? "iKKy*" : "iKKw*", &rank, &key, &off, &b))
+    if (!PyArg_ParseTuple(args, is_put ? "iO&O&y*" : "iO&O&w*", &rank, pt_py_u64, &key,
+                          pt_py_u64, &off, &b))
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
     pt_ctx_t *c = self->ctx;
@@ -485,7 +505,8 @@ static PyObject *submit_async(ContextObject *self, PyObject *args, int is_put)
     RequestObject *r = new_request();
     if (!r)
         return NULL;
-    if (!PyArg_ParseTuple(args, is_put ? "iKKy*" : "iKKw*", &rank, &key, &off, &r->buf)) {
+    if (!PyArg_ParseTuple(args, is_put ? "iO&O&y*" : "iO&O&w*", &rank, pt_py_u64, &key,
+                          pt_py_u64, &off, &r->buf)) {
         Py_DECREF(r);
         return NULL;
     }
@@ -522,7 +543,8 @@ static PyObject *atomic_op(ContextObject *self, PyObject *args, int cas)
     int rank;
     unsigned long long key, off;
     long long a, b = 0;
-    if (!PyArg_ParseTuple(args, cas ? "iKKLL" : "iKKL", &rank, &key, &off, &a, &b))
+    if (!PyArg_ParseTuple(args, cas ? "iO&O&LL" : "iO&O&L", &rank, pt_py_u64, &key, pt_py_u64,
+                          &off, &a, &b))
         return NULL;
     CTX(self);
     int64_t old;
@@ -551,7 +573,8 @@ static PyObject *Context_attach(ContextObject *self, PyObject *args)
     int rank, write;
     unsigned long long key, off;
     Py_ssize_t len;
-    if (!PyArg_ParseTuple(args, "iKKnp", &rank, &key, &off, &len, &write))
+    if (!PyArg_ParseTuple(args, "iO&O&np", &rank, pt_py_u64, &key, pt_py_u64, &off, &len,
+                          &write))
         return NULL;
     CTX(self);
     if (len < 0)
@@ -578,7 +601,7 @@ static PyObject *Context_put_indexed(ContextObject *self, PyObject *args)
     unsigned long long key;
     Py_ssize_t itemsize;
     Py_buffer offs, src;
-    if (!PyArg_ParseTuple(args, "iKy*ny*", &rank, &key, &offs, &itemsize, &src))
+    if (!PyArg_ParseTuple(args, "iO&y*ny*", &rank, pt_py_u64, &key, &offs, &itemsize, &src))
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
     size_t n = (size_t)offs.len / 8;
@@ -606,7 +629,7 @@ static PyObject *notify_op(ContextObject *self, PyObject *args, int async)
     int rank;
     unsigned long long key, off;
     long long v;
-    if (!PyArg_ParseTuple(args, "iKKL", &rank, &key, &off, &v))
+    if (!PyArg_ParseTuple(args, "iO&O&L", &rank, pt_py_u64, &key, pt_py_u64, &off, &v))
         return NULL;
     CTX(self);
     RequestObject *r = NULL;
@@ -631,7 +654,8 @@ static PyObject *Context_put_notify(ContextObject *self, PyObject *args)
     unsigned long long key, off, nkey, noff;
     long long v;
     Py_buffer b;
-    if (!PyArg_ParseTuple(args, "iKKy*KKL", &rank, &key, &off, &b, &nkey, &noff, &v))
+    if (!PyArg_ParseTuple(args, "iO&O&y*O&O&L", &rank, pt_py_u64, &key, pt_py_u64, &off, &b,
+                          pt_py_u64, &nkey, pt_py_u64, &noff, &v))
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
     pt_ctx_t *c = self->ctx;

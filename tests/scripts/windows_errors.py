@@ -38,6 +38,32 @@ refused(ro.put_async(peer, 0, b"abc").wait, 5, text="read-only")
 refused(rw.fetch_add, peer, 3, 1, text="aligned")
 refused(rw.fetch_add, peer, n, 1, text="outside")
 refused(plain.fetch_add, peer, 0, 1, cls=TransportError)
+
+
+def beyond(fn, *args, text="2**64"):
+    """Offsets are never taken modulo 2**64 (2**64 + 8 is not offset 8), over shm and tcp."""
+    try:
+        fn(*args)
+    except RemoteAccessError as e:
+        assert f"rank {peer}" in str(e) and text in str(e), str(e)
+        return
+    raise AssertionError(f"{fn.__name__}{args[:2]} was not refused")
+
+
+for off in (2**64, 2**64 + 8, 2**65 + 16):
+    beyond(rw.get, peer, off, bytearray(8))
+    beyond(rw.put, peer, off, b"x")
+    beyond(rw.get_async, peer, off, bytearray(8))
+    beyond(rw.fetch_add, peer, off, 1)
+    beyond(rw.compare_swap, peer, off, 0, 1)
+    beyond(rw.notify, peer, off)
+    beyond(rw.put_notify, peer, 0, b"x", off)
+beyond(rw.put_indexed, peer, np.array([8, -8]), 1, b"ab", text="negative")
+try:
+    world._ctx.get(peer, rw._keys[peer], 2**64 + 8, bytearray(8))   # the binding, too
+    raise AssertionError("the binding took 2**64 + 8 as offset 8")
+except OverflowError:
+    pass
 # a wrong key: what a stale or forged window handle would send
 good = rw._keys[peer]
 rw._keys[peer] = good ^ (1 << 20)
