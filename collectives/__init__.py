@@ -6,14 +6,14 @@
     win.put((world.rank + 1) % world.size, 0, b"hello")
     world.barrier()
 """
-from .errors import (BootstrapError, CollectiveMismatch, PeerLost, PooltensorError,
+from .errors import (BootstrapError, CollectiveMismatch, Finalized, PeerLost, PooltensorError,
                      RemoteAccessError, Timeout, TransportError)
 from .window import Request, Window
 from .world import World, finalize, init
 
 __all__ = ["init", "finalize", "World", "Window", "Request", "PooltensorError",
            "TransportError", "RemoteAccessError", "PeerLost", "Timeout", "BootstrapError",
-           "CollectiveMismatch"]
+           "CollectiveMismatch", "Finalized"]
 from .dtypes import ReduceOp  # noqa: E402
 from .ops import (CollectiveRequest, allgather, allgather_async, allreduce,  # noqa: E402
                   allreduce_async, barrier, broadcast, broadcast_async, reduce_scatter,

@@ -44,3 +44,7 @@ class BootstrapError(PooltensorError):
 
 class CollectiveMismatch(PooltensorError, ValueError):
     """Ranks called a collective with different shapes, dtypes, ops or roots."""
+
+
+class Finalized(PooltensorError, RuntimeError):
+    """The world was finalized (collectives.finalize()); collectives.init() starts a new one."""

@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m collectives.launch -n 4 [--timeout S] [--grace S] [--env K=V ...] script.py [args]
+    python -m collectives.launch -n 4 [--timeout S] [--grace S] [--stopped S] [--env K=V ...]
+                                 script.py [args]
     python -m collectives.launch -n 4 -m package.module [args]
 
 Each rank runs ``sys.executable`` with ``POOLTENSOR_RANK``, ``POOLTENSOR_WORLD_SIZE``,
@@ -18,6 +19,14 @@ What it promises, and why:
   would otherwise sit out its whole timeout. The launcher exits with the first failing rank's
   code (128 + signal if it was killed), 124 on ``--timeout``, 128 + signal if it was itself
   interrupted or terminated.
+* A rank stopped by a signal (SIGSTOP, SIGTSTP: state T) while no other rank is running can
+  never finish, since nothing of the job is left to continue it: after ``--stopped`` seconds
+  (default 10) the launcher says which rank, stops it (SIGTERM and SIGCONT, then SIGKILL) and
+  exits with 128 + SIGSTOP. Without this, a job whose other ranks all exited 0 would wait
+  forever. There is no default ``--timeout`` (a job may rightly run for days; mpiexec has
+  none either): a rank that is stopped while the others still run is left to them, whose
+  collectives time out on it (POOLTENSOR_TIMEOUT) and fail the job. A rank stopped by a
+  debugger (tracing stop, state t) is never counted as stopped.
 * Nothing is orphaned: each rank leads its own process group, so a signal reaches whatever the
   rank started too; on Linux each rank also dies if the launcher itself is killed.
 * Unknown options are an error, not silently passed on or ignored.
@@ -34,22 +43,28 @@ import time
 
 KILL_AFTER = 3.0  # seconds between SIGTERM and SIGKILL
 POLL = 0.05  # seconds between checks on the ranks
+STOPPED = 10.0  # default --stopped: seconds a stopped rank may wait with no other rank running
 # Variables of an outer MPI launcher: a rank that inherited them would bootstrap through MPI.
 MPI_VARS = ("PMI_", "OMPI_", "PMIX_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "HYDRA_")
-_OPTS_WITH_VALUE = ("-n", "--np", "--timeout", "--grace", "--env")
+_OPTS_WITH_VALUE = ("-n", "--np", "--timeout", "--grace", "--stopped", "--env")
 
 
 def _parser():
     p = argparse.ArgumentParser(
         prog="python -m collectives.launch",
         description="Run N local ranks of a Python script or module (no MPI needed).",
-        usage="%(prog)s -n N [--timeout S] [--grace S] [--env K=V ...] "
+        usage="%(prog)s -n N [--timeout S] [--grace S] [--stopped S] [--env K=V ...] "
               "(script.py | -m module) [args ...]")
     p.add_argument("-n", "--np", dest="n", type=int, required=True, help="number of ranks")
     p.add_argument("--timeout", type=float, default=None,
-                   help="stop every rank after this many seconds and fail")
+                   help="stop every rank after this many seconds and fail with 124 (default: "
+                        "no limit, as mpiexec; a stopped rank is caught by --stopped)")
     p.add_argument("--grace", type=float, default=0.0,
                    help="seconds the other ranks may keep running after one fails (default 0)")
+    p.add_argument("--stopped", type=float, default=STOPPED, metavar="S",
+                   help="a rank stopped by a signal (SIGSTOP, SIGTSTP) while no other rank "
+                        "runs can never finish: after S seconds it is named, stopped, and the "
+                        f"launcher fails with 128 + SIGSTOP (default {STOPPED:g})")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="set an environment variable in every rank (repeatable)")
     return p
@@ -93,6 +108,8 @@ def parse_args(argv):
         parser.error("--timeout must be > 0")
     if not args.grace >= 0:
         parser.error("--grace must be >= 0")
+    if not args.stopped > 0:
+        parser.error("--stopped must be > 0")
     for kv in args.env:
         if "=" not in kv or kv.startswith("="):
             parser.error(f"--env expects K=V, not {kv!r}")
@@ -202,11 +219,31 @@ def run(args):
     return code
 
 
+def _state(pid):
+    """The process state letter of pid ('R', 'S', 'T' stopped, 't' traced...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        pass
+    if sys.platform.startswith("linux"):
+        return None
+    try:   # no /proc (macOS): ps says it
+        out = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        return out[:1] or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def _supervise(args, procs, stopping):
-    """Poll the ranks until all exit, or until one fails / a signal / the timeout stops them."""
+    """Poll the ranks until all exit, or until one fails / a signal / the timeout / a rank
+    stopped for good stops them."""
     start = time.monotonic()
     failed = stop_at = reason = None
     timed_out = False
+    stopped_since, next_look = None, 0.0   # since when only stopped ranks are left
+    look_every = POLL if os.path.exists("/proc/self/stat") else 1.0
     while True:
         codes = [p.poll() for p in procs]
         if failed is None:
@@ -219,6 +256,19 @@ def _supervise(args, procs, stopping):
         if all(c is not None for c in codes):
             break
         now = time.monotonic()
+        if stop_at is None and not stopping and now >= next_look:
+            # only stopped ranks left: nothing of the job can continue them
+            next_look = now + look_every
+            left = [r for r, c in enumerate(codes) if c is None]
+            if all(_state(procs[r].pid) == "T" for r in left):
+                stopped_since = stopped_since or now
+                if now - stopped_since >= args.stopped:
+                    names = ", ".join(map(str, left))
+                    reason = (f"rank {names} stopped by a signal (SIGSTOP or SIGTSTP) for "
+                              f"{args.stopped:g} s with no other rank running (--stopped)")
+                    failed, stop_at = 128 + signal.SIGSTOP, now
+            else:
+                stopped_since = None
         if stopping and (stop_at is None or stop_at > now):
             reason = reason or f"received {signal.Signals(stopping[0]).name}"
             stop_at = now
@@ -239,9 +289,11 @@ def _supervise(args, procs, stopping):
 
 
 def _stop(procs, sig):
-    """Signal each rank's group, wait KILL_AFTER seconds, then SIGKILL what is left."""
+    """Signal each rank's group (and continue it, should it be stopped: else the signal waits),
+    wait KILL_AFTER seconds, then SIGKILL what is left."""
     for p in procs:
         _signal_group(p, sig)
+        _signal_group(p, signal.SIGCONT)
     deadline = time.monotonic() + KILL_AFTER
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
         time.sleep(POLL)

@@ -3,7 +3,8 @@ reduce_scatter, broadcast, barrier, and their *_async forms.
 
 Each call normalizes its arguments, builds a digest of them (kind, dtype, shape, op, root) that
 every rank compares before moving a byte, picks an algorithm, and runs it. Non-contiguous inputs
-are copied to a contiguous array first (documented, not an error).
+are copied to a contiguous array first (documented, not an error). Every call is numbered and,
+when a rank cannot finish it, given up on every rank (collectives/calls.py).
 """
 import concurrent.futures
 import threading
@@ -12,17 +13,49 @@ import numpy as np
 
 from . import algorithms
 from .algorithms import shm
+from .calls import KINDS
 from .dtypes import ReduceOp, dtype_code, is_floating, reduce_op
-from .world import current as _current, init
+from .errors import Finalized
+from .world import current as _current, finalized as _finalized, init
 
 _KIND = {"allreduce": 1, "allgather": 2, "reduce_scatter": 3, "broadcast": 4}
+BARRIER_SIG = 0xBA771E5C0FFEE      # the digest of a barrier run as a zero-byte allreduce
 
 
 def _world(world):
     if world is not None:
+        if world._closed:
+            raise Finalized("collective on a finalized world (collectives.finalize() or "
+                            "World.close()); collectives.init() starts a new one",
+                            rank=world.rank, host=world.host)
         return world
     w = _current()
-    return w if w is not None else init()
+    if w is not None:
+        return w
+    if _finalized():
+        raise Finalized("collective after collectives.finalize(); collectives.init() starts "
+                        "a new world")
+    return init()
+
+
+def _call(w, kind, fn, *args, timeout=None):
+    """fn(*args) as collective call number n of the world (KINDS[kind]): given up on every
+    rank when it fails on one (collectives/calls.py)."""
+    calls = w._calls
+    calls.begin(KINDS[kind], timeout)
+    try:
+        res = fn(*args)
+    except BaseException as e:
+        _failed(calls, e)
+    calls.end()
+    return res
+
+
+def _failed(calls, e):
+    err = calls.failed(e)
+    if err is e:
+        raise e
+    raise err from None
 
 
 def _aligned_empty(shape, dtype):
@@ -114,7 +147,8 @@ def allreduce(x, op="sum", *, out=None, world=None, algorithm="auto", determinis
     """
     w = _world(world)
     if w._coll_pending:
-        return w._serial(_allreduce, w, x, op, out, algorithm, deterministic)
+        return w._serial(_call, w, "allreduce", _allreduce, w, x, op, out, algorithm,
+                         deterministic)
     # the common case, a few operations: a contiguous numpy array seen before, one host
     if (out is None and type(x) is np.ndarray and algorithm == "auto" and w._direct
             and x.flags.c_contiguous):
@@ -123,10 +157,16 @@ def allreduce(x, op="sum", *, out=None, world=None, algorithm="auto", determinis
         if plan is not None and team is not None and not plan[3]:
             res = np.empty_like(x)
             algo = 1 if x.nbytes <= algorithms.ONESHOT_MAX else 2
-            shm.call(w, team, team.native.allreduce, plan[1], plan[0], x, res, x.size, algo,
-                     plan[2] ^ algo)
+            calls = w._calls
+            calls.begin(1)
+            try:
+                shm.call(w, team, team.native.allreduce, plan[1], plan[0], x, res, x.size,
+                         algo, plan[2] ^ algo)
+            except BaseException as e:
+                _failed(calls, e)
+            calls.end()
             return res
-    return _allreduce(w, x, op, out, algorithm, deterministic)
+    return _call(w, "allreduce", _allreduce, w, x, op, out, algorithm, deterministic)
 
 
 def _allreduce(w, x, op, out, algorithm, deterministic):
@@ -157,9 +197,7 @@ def _allreduce(w, x, op, out, algorithm, deterministic):
 def allgather(x, *, out=None, world=None, algorithm="auto"):
     """Concatenate x from every rank along a new leading axis: shape (size, *x.shape)."""
     w = _world(world)
-    if w._coll_pending:
-        return w._serial(_allgather, w, x, out, algorithm)
-    return _allgather(w, x, out, algorithm)
+    return w._serial(_call, w, "allgather", _allgather, w, x, out, algorithm)
 
 
 def _allgather(w, x, out, algorithm):
@@ -179,7 +217,7 @@ def _allgather(w, x, out, algorithm):
 def reduce_scatter(x, op="sum", *, out=None, world=None, algorithm="auto"):
     """Reduce x over every rank and keep this rank's block: x has shape (size, *block)."""
     w = _world(world)
-    return w._serial(_reduce_scatter, w, x, op, out, algorithm)
+    return w._serial(_call, w, "reduce_scatter", _reduce_scatter, w, x, op, out, algorithm)
 
 
 def _reduce_scatter(w, x, op, out, algorithm):
@@ -205,7 +243,7 @@ def _reduce_scatter(w, x, op, out, algorithm):
 def broadcast(x, root=0, *, out=None, world=None, algorithm="auto"):
     """Every rank gets root's x. Non-root ranks pass an array of the same shape and dtype."""
     w = _world(world)
-    return w._serial(_broadcast, w, x, root, out, algorithm)
+    return w._serial(_call, w, "broadcast", _broadcast, w, x, root, out, algorithm)
 
 
 def _broadcast(w, x, root, out, algorithm):
@@ -224,18 +262,31 @@ def _broadcast(w, x, root, out, algorithm):
 def barrier(world=None, timeout=None):
     """Return once every rank has called barrier().
 
-    Once collectives have run, this barrier is one of them: it is checked against the other
-    ranks' calls, so a barrier met by an allreduce is a CollectiveMismatch, not a hang.
-    (World.barrier() stays the plain barrier, usable even after a collective failed.)"""
+    A collective call like the others: checked against the other ranks' calls, so a barrier met
+    by an allreduce is a CollectiveMismatch, not a hang, and given up on every rank when one
+    rank gives it up. `timeout` bounds it where every rank shares memory; across machines the
+    world's timeout bounds each wait. (World.barrier() stays the plain barrier, usable even
+    after a collective failed.)"""
     w = _world(world)
-    return w._serial(_barrier, w, timeout)
+    return w._serial(_barrier_call, w, timeout)
+
+
+def _barrier_call(w, timeout):
+    return _call(w, "barrier", _barrier, w, timeout, timeout=timeout)
 
 
 def _barrier(w, timeout):
-    team = w._teams.get("world")
-    if team is None or w.size == 1:
-        return w.barrier(timeout)
-    shm.call(w, team, team.native.barrier, timeout=timeout)
+    if w.size == 1:
+        return
+    if w._shm_world:
+        team = w._teams.get("world") or w._get_team("world")
+        shm.call(w, team, team.native.barrier, timeout=timeout)
+        return
+    # no team spans the ranks: a zero-byte allreduce, whose result depends on every rank
+    x = np.zeros(0, np.int8)
+    algo = algorithms.select("allreduce", 0, w)
+    algorithms.run("allreduce", algo, w, x, x, code=dtype_code(x.dtype), op=int(ReduceOp.SUM),
+                   sig=BARRIER_SIG ^ algorithms.digest(algo))
 
 
 # ---- asynchronous ------------------------------------------------------------------------

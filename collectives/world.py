@@ -11,11 +11,13 @@ seen even before any transfer to it; connections authenticate with the pool's se
 import os
 import socket
 import threading
+import time
 
 import msgpack
 
 from . import _native, transport
-from .errors import PeerLost, Timeout, TransportError
+from .calls import Calls, board_bytes
+from .errors import Finalized, PeerLost, Timeout, TransportError
 from .rendezvous import store as _store
 from .rendezvous.bootstrap import bootstrap, host_identity, machine_identity
 from .window import LocalMemory, Window, raise_native
@@ -44,9 +46,14 @@ class World(LocalMemory):
         threads = int(os.environ.get("POOLTENSOR_PROGRESS_THREADS", "1"))
         self._ctx = _native.Context(self.rank, self.size, threads)
         self._ctx.set_timeout(self.timeout)
+        self._calls = None
+        self._closed = self._closing = False
+        # the board of the collective calls (collectives/calls.py): its key rides in this round
+        board, _, board_key, board_len = self._register_local(board_bytes(self.size), "rw")
         me = {"rank": self.rank, "topo": host_identity(), "machine": machine_identity(),
               "host": os.environ.get("POOLTENSOR_HOST") or socket.gethostname(),
-              "pid": os.getpid(), "ctrl": list(self._ctx.addr()), "force": transport.forced()}
+              "pid": os.getpid(), "ctrl": list(self._ctx.addr()), "force": transport.forced(),
+              "board": board_key}
         recs = [msgpack.unpackb(b) for b in self._allgather_bytes(msgpack.packb(me), "world")]
         self.hosts = [r["host"] for r in recs]
         self.host = self.hosts[self.rank]
@@ -86,18 +93,48 @@ class World(LocalMemory):
         self._coll_exec = None
         self._coll_pending = 0
         self._coll_thread = None
-        self._closed = False
+        self._calls = Calls(self, Window(self, board, "rw", [r["board"] for r in recs],
+                                         [board_len] * self.size, ["rw"] * self.size, board))
         self.barrier()
 
     # -- collective helpers over the rendezvous store --------------------------------------
     def _next_tag(self, what):
+        calls = self._calls
+        if calls is not None and calls.in_rounds():
+            return calls.tag(what)    # a round inside a collective: numbered by its epoch
         with self._lock:
             self._seq += 1
             return f"{what}/{self._seq}"
 
     def _allgather_bytes(self, value, what):
-        return _store.allgather(self._store, self._next_tag(what), self.rank, self.size, value,
-                                self.timeout)
+        """The store's allgather, waited for in slices so that a peer seen lost ends it with
+        PeerLost rather than a Timeout."""
+        tag = self._next_tag(what)
+        if self._calls is None:     # bootstrapping: no peer is connected yet
+            return _store.allgather(self._store, tag, self.rank, self.size, value, self.timeout)
+        store, base = self._store, f"ag/{tag}"
+        deadline = time.monotonic() + self.timeout
+        store.set(f"{base}/{self.rank}", bytes(value))
+        out = []
+        for r in range(self.size):
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    out.append(store.get(f"{base}/{r}", max(0.0, min(STORE_SLICE, left))))
+                    break
+                except Timeout:
+                    pass
+                if r != self.rank and self._ctx.peer_lost(r):
+                    raise PeerLost(f"allgather {tag!r}: rank {r} is gone", rank=r,
+                                   host=self.hosts[r]) from None
+                if left <= 0:
+                    raise Timeout(f"allgather {tag!r}: rank {r} did not contribute within "
+                                  f"{self.timeout:g} s", rank=r, host=self.hosts[r]) from None
+        if store.add(f"{base}/done", 1) == self.size:
+            for r in range(self.size):
+                store.delete(f"{base}/{r}")
+            store.delete(f"{base}/done")
+        return out
 
     def allgather_object(self, obj):
         """Gather one msgpack-able object from every rank (for setup, not for data)."""
@@ -135,10 +172,29 @@ class World(LocalMemory):
 
     # -- public -----------------------------------------------------------------------------
     def barrier(self, timeout=None):
-        """Return once every rank has called barrier(); PeerLost or Timeout otherwise."""
+        """Return once every rank has called barrier(); PeerLost or Timeout otherwise.
+
+        The plain barrier: no collective call, usable after one failed. A rank that skipped a
+        collective call which the others gave up joins them here, so that their next
+        collective calls are in step again."""
+        if self._closed:
+            raise Finalized("barrier on a finalized world; collectives.init() starts a new one",
+                            rank=self.rank, host=self.host)
         timeout = self.timeout if timeout is None else timeout
         if self.size == 1:
             return
+        calls = self._calls
+        between = calls is not None and calls.kind == 0 and self._coll_pending == 0
+        if between:
+            # records of calls this rank gave up leave before it (the peers read them after)
+            t0 = time.monotonic()
+            calls.flush(timeout)
+            timeout = max(0.0, timeout - (time.monotonic() - t0))
+        self._plain_barrier(timeout)
+        if between:
+            calls.after_barrier()
+
+    def _plain_barrier(self, timeout):
         if self._shm_world:
             try:
                 self._ctx.barrier(0, self._barrier_ranks, timeout)
@@ -157,7 +213,6 @@ class World(LocalMemory):
     def _store_barrier(self, tag, timeout):
         """The rendezvous store's barrier, waited for in slices so that a peer seen lost
         (its tcp connection dropped) ends it with PeerLost rather than a Timeout."""
-        import time
         base = f"bar/{tag}"
         store = self._store
         deadline = time.monotonic() + timeout
@@ -214,14 +269,31 @@ class World(LocalMemory):
             nslots = int(os.environ.get("POOLTENSOR_SLOTS", 4))
             stage = self.alloc(_native.stage_bytes(slot, nslots))
             key = self._ctx.register(stage, 3)
-            keys = self.allgather_object(key)
+            epoch = self._calls.epoch
             try:
+                with self._calls.rounds():
+                    keys = self.allgather_object(key)
                 native = _native.Team(self._ctx, ranks, [keys[r] for r in ranks], slot, nslots)
             except _native.Error as e:
+                self._drop_team(_Team(None, ranks, stage, key))
                 raise_native(e, rank=self.rank, host=self.host, what="team setup")
-            team = _Team(native, ranks, stage)
+            except BaseException:
+                self._drop_team(_Team(None, ranks, stage, key))
+                raise
+            team = _Team(native, ranks, stage, key)
             self._teams[which] = team
+            # every rank made it in this epoch: no rank uses the teams of earlier ones
+            self._calls.release(epoch)
         return team
+
+    def _drop_team(self, team):
+        """Free a team that no rank uses any more (its staging memory included)."""
+        team.native = None
+        try:
+            self._ctx.deregister(team.key)
+        except _native.Error:
+            pass
+        self._release_segment(team.stage)
 
     def _serial(self, fn, *args):
         """Run a collective in program order: inline, unless async ones are still queued."""
@@ -257,21 +329,26 @@ class World(LocalMemory):
 
     def close(self):
         """Leave the world: a last barrier (best effort), then release every native resource."""
-        if self._closed:
+        if self._closed or self._closing:
             return
-        self._closed = True
+        self._closing = True
         if self._coll_exec is not None:
             self._coll_exec.shutdown(wait=True)
+        self._closed = True
         if not _failed:
             # a rank leaving on an uncaught exception skips this: its barrier would pair with
             # an unrelated one of its peers, who should see it gone (PeerLost) instead
             try:
-                self.barrier(timeout=min(self.timeout, 10.0))
+                self._plain_barrier(timeout=min(self.timeout, 10.0))
             except Exception:
                 pass
+        # a herald still writing to a peer that does not answer is inside the context: leave
+        # the context to the process's exit rather than close it under the herald
+        quiet = self._calls is None or self._calls.close(min(self.timeout, 10.0))
         self._teams.clear()
-        self._ctx.close()
-        self._boot.close()
+        if quiet:
+            self._ctx.close()
+        self._boot.close(failed=_failed)
 
     def __repr__(self):
         return (f"<World rank {self.rank}/{self.size} local {self.local_rank}/{self.local_size} "
@@ -289,15 +366,16 @@ def _has(store, key):
 class _Team:
     """A native team and the ranks (in order) it spans; keeps its staging memory alive."""
 
-    __slots__ = ("native", "ranks", "stage")
+    __slots__ = ("native", "ranks", "stage", "key")
 
-    def __init__(self, native, ranks, stage):
-        self.native, self.ranks, self.stage = native, ranks, stage
+    def __init__(self, native, ranks, stage, key):
+        self.native, self.ranks, self.stage, self.key = native, ranks, stage, key
 
 
 _world = None
 _world_lock = threading.Lock()
 _failed = False
+_finalized = False     # finalize() ended the world: collectives refuse until init()
 
 
 def _note_failure(hook):
@@ -310,8 +388,9 @@ def _note_failure(hook):
 
 def init(timeout=None):
     """Join the job and return the World (idempotent: later calls return the same one)."""
-    global _world
+    global _world, _finalized
     with _world_lock:
+        _finalized = False
         if _world is None or _world._closed:
             _world = World(bootstrap(timeout), timeout)
             import atexit
@@ -327,10 +406,18 @@ def current():
     return w if w is not None and not w._closed else None
 
 
+def finalized():
+    """Whether finalize() ended the world and no init() has made a new one since."""
+    return _finalized
+
+
 def finalize():
-    """Close the World, if one was made (called at exit too)."""
-    global _world
+    """Close the World, if one was made (called at exit too). Collectives called afterwards
+    raise Finalized; collectives.init() starts a new world."""
+    global _world, _finalized
     with _world_lock:
         w, _world = _world, None
+        if w is not None:
+            _finalized = True
     if w is not None:
         w.close()

@@ -107,6 +107,31 @@ def test_timeout_stops_everything():
     assert b"timeout" in p.stderr
 
 
+def _stopped_run(*opts, bound):
+    t = time.monotonic()
+    p = launch("-n", "3", *opts, RANK, "selfstop", "1", timeout=bound + 20)
+    took = time.monotonic() - t
+    pids = [int(line.split()[2]) for line in p.stdout.splitlines() if b" pid " in line]
+    assert p.returncode == 128 + signal.SIGSTOP, (p.returncode, p.stderr)
+    assert b"rank 1 stopped by a signal" in p.stderr, p.stderr
+    assert len(pids) == 3 and all(gone(pid) for pid in pids)
+    return took
+
+
+def test_stopped_rank_with_no_one_left_to_continue_it_is_named_and_stopped():
+    """Rank 1 stops itself (SIGSTOP), the others exit 0: mpiexec (hydra) waits for it forever,
+    even through SIGTERM; the launcher names it after --stopped seconds and fails."""
+    took = _stopped_run("--stopped", "1", bound=1)
+    assert took < 1 + 8, f"the launcher took {took:.1f} s"
+
+
+def test_stopped_rank_is_caught_by_default():
+    from collectives.launch import STOPPED
+    took = _stopped_run(bound=STOPPED)
+    assert STOPPED <= took < STOPPED + 8, f"the launcher took {took:.1f} s"
+    assert f"default {STOPPED:g}".encode() in launch("--help").stdout
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_launcher_stops_ranks(sig):
     proc = subprocess.Popen([sys.executable, "-m", "collectives.launch", "-n", "2", RANK, "sleep"],
@@ -125,6 +150,7 @@ def test_signal_to_launcher_stops_ranks(sig):
     (["-n", "x", RANK], b"invalid int value"),
     (["--env", "NOEQUALS", "-n", "1", RANK], b"K=V"),
     ([RANK], b"required: -n"),
+    (["-n", "2", "--stopped", "0", RANK], b"--stopped must be > 0"),
 ])
 def test_bad_command_lines(args, message):
     p = launch(*args)

@@ -35,9 +35,15 @@ rank wakes. A woken rank whose current operation is the aborted one (or an earli
 the peer's latest aborts: the peer left it) fails too, with the same kind of error, and poisons
 in turn. Chunks of an abandoned operation still waiting in a slot are recognised by their header
 (an earlier sequence number) and released unread, so the next operation starts clean on every
-pair: the channel is never rebuilt. Every operation's result depends on every member (the
-broadcast chain ends with an acknowledgement to the root and a commit back down the chain), so
-no member can return before a failure anywhere reaches it: every rank of the operation raises.
+pair. When the world gives a call up and starts a new epoch (collectives/calls.py), the channel
+is retired on every rank and the next channel operation makes a new one: a put that timed out
+waiting for a stopped peer's answer still lands when the peer resumes, so the counters of that
+pair can no longer be trusted to agree. Over tcp the abort records
+go through the peer's herald thread, so that a peer that does not answer (a stopped process)
+does not hold the failing rank for another timeout. Every operation's result depends on every
+member (the broadcast chain ends with an acknowledgement to the root and a commit back down the
+chain), so no member can return before a failure anywhere reaches it: every rank of the
+operation raises.
 
 On one machine a rank running a channel algorithm could meet one that chose a shared-memory
 team algorithm for the same call; meet() compares the call through the world team first so
@@ -74,8 +80,12 @@ def get(world):
     """The world's channel, made on first use (collective: every rank calls it at one point)."""
     ch = getattr(world, "_channels", None)
     if ch is None:
-        ch = Channel(world)
+        calls = world._calls
+        epoch = calls.epoch
+        with calls.rounds():
+            ch = Channel(world)
         world._channels = ch
+        calls.release(epoch)    # every rank made it in this epoch: none uses older ones
     return ch
 
 
@@ -198,6 +208,30 @@ class Channel:
         self.releases = []                  # notify_async requests not yet answered
         self.stage_mv = memoryview(self.stage)
         self.hdr = np.zeros(HDR, np.uint8)
+        world._calls.on_epoch.append(self._retire)
+
+    def _retire(self, epoch):
+        """The world gave a call up and starts epoch `epoch` (collectives/calls.py): this
+        channel is not used again (the next channel operation makes a new one on every rank).
+        What each rank had sent of the failed call may still land in it, late: a put that timed
+        out waiting for a stopped peer's answer is delivered when the peer resumes, so the
+        pair's counters can no longer be trusted to agree."""
+        calls = self.world._calls
+        calls.on_epoch.remove(self._retire)
+        if getattr(self.world, "_channels", None) is self:
+            self.world._channels = None
+        calls.retire(epoch - 1, self.drop)
+
+    def drop(self):
+        """Stop exposing this channel's memory, here only (no rank uses it any more)."""
+        w = self.world
+        try:
+            w._ctx.deregister(self.win._keys[self.me])
+        except Exception:
+            pass
+        self.win._closed = True
+        if self.win._owned is not None:
+            w._release_segment(self.win._owned)
 
     # -- layout ------------------------------------------------------------------------------
     def _senders_of(self, r):
@@ -304,12 +338,14 @@ class Channel:
                 continue
             k = self.poisons[r] % KEEP
             self.poisons[r] += 1
-            try:
-                self.win.put(r, 8 * (2 * n + 4 * (me * KEEP + k)), rec)
-                self.win.notify(r, 8 * me, POISON)
-                self.win.notify(r, 8 * (n + me), POISON)
-            except Exception:   # a lost peer: nothing to wake
-                pass
+            # over tcp through the peer's herald: a peer that does not answer (stopped) would
+            # hold this rank for a whole timeout more; a lost peer has nothing to wake
+            self.world._calls.send(r, self._wake, r, 8 * (2 * n + 4 * (me * KEEP + k)), rec)
+
+    def _wake(self, r, off, rec):
+        self.win.put(r, off, rec)
+        self.win.notify(r, 8 * self.me, POISON)
+        self.win.notify(r, 8 * (self.n + self.me), POISON)
 
     # -- operations --------------------------------------------------------------------------
     def op(self, group, algo, sig, what="collective"):

@@ -91,35 +91,47 @@ class Bootstrap:
             self._layout = host_layout(self.store, self.rank, self.size, timeout, tag="bootstrap")
         return self._layout
 
-    def close(self, timeout=None):
+    def close(self, timeout=None, failed=False):
         """Leave the rendezvous. Rank 0 keeps its server up until every other rank has left.
 
         Otherwise a fast rank 0 would take the store away from ranks still using it. A rank
         that has exited or died has no connection left, so rank 0 stops waiting for it; one
-        that hangs delays rank 0 by at most ``timeout``, with a warning.
+        that hangs delays rank 0 by at most ``timeout``, and is named in a warning. A process
+        leaving on an error (``failed``) waits for no one: its peers are failing too, or
+        should see it gone. A server already gone when a rank leaves is no news: rank 0 left.
         """
         store = self.store
-        if self.size > 1 and isinstance(store, TCPStore):
+        if self.size > 1 and isinstance(store, TCPStore) and not failed:
             try:
+                if store.server is None:
+                    _watch_server(store)   # before leaving: the server cannot be gone yet
                 store.set(f"bootstrap/left/{self.rank}", b"")
                 if store.server is not None:
-                    self._wait_for_leavers(resolve_timeout(timeout, store.timeout))
-            except (Timeout, PeerLost, BootstrapError) as e:
-                warnings.warn(f"rank {self.rank}: not every rank left the rendezvous: {e}",
-                              RuntimeWarning, stacklevel=2)
+                    waited = resolve_timeout(timeout, store.timeout)
+                    stay = self._wait_for_leavers(waited)
+                    if stay:
+                        warnings.warn(f"rank {self.rank}: rank(s) {', '.join(map(str, stay))} "
+                                      f"had not left the rendezvous after {waited:g} s; "
+                                      f"closing it anyway (they can no longer use it)",
+                                      RuntimeWarning, stacklevel=2)
+            except (Timeout, PeerLost, BootstrapError):
+                pass
         store.close()
 
     def _wait_for_leavers(self, timeout):
+        """Wait until every rank has left or only our own connections remain; returns the
+        ranks that had not left when `timeout` passed (empty when all did)."""
         store, deadline = self.store, time.monotonic() + timeout
         keys = [f"bootstrap/left/{r}" for r in range(self.size)]
         while True:
             try:
-                return store.wait(keys, min(0.1, max(0.0, deadline - time.monotonic())))
+                store.wait(keys, min(0.1, max(0.0, deadline - time.monotonic())))
+                return []
             except Timeout:
                 if store.server.connections <= len(store._idle):
-                    return  # only our own connections remain: the others are gone
+                    return []  # only our own connections remain: the others are gone
                 if time.monotonic() >= deadline:
-                    raise
+                    return [r for r in range(self.size) if not _has(store, keys[r])]
 
     def __enter__(self):
         return self
@@ -235,6 +247,7 @@ def _from_env(timeout):
     if rank == 0:
         store = TCPStore(os.environ.get(ENV_BIND) or host, port, is_server=True, timeout=timeout)
     else:
+        _outlive_server(host, port, resolve_timeout(timeout))
         store = TCPStore(host, port, timeout=timeout)
     return Bootstrap(rank, size, store, "env", coordinator=host)
 
@@ -285,3 +298,40 @@ def _from_mpi(var, timeout):
                                  rank=0)
         store = TCPStore(address[0], address[1], timeout=timeout)
     return Bootstrap(rank, size, store, "mpi", comm, coordinator=address[0])
+
+
+def _has(store, key):
+    try:
+        store.get(key, 0.0)
+        return True
+    except Timeout:
+        return False
+
+
+# Rendezvous servers this process has left, each watched through one connection until it
+# closes: a rank that joins a new world at the same address (collectives.init() after
+# finalize()) must not reach rank 0's old server, which closes once every rank has left.
+_LEFT = {}
+
+
+def _watch_server(store):
+    try:
+        _LEFT[(store.host, store.port)] = socket.create_connection(store._addr, timeout=1.0)
+    except OSError:
+        pass
+
+
+def _outlive_server(host, port, timeout):
+    """Wait (up to `timeout`) until the rendezvous server this process left at host:port, if
+    any, has closed."""
+    sock = _LEFT.pop((host, port), None)
+    if sock is None:
+        return
+    try:
+        sock.settimeout(timeout)
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        sock.close()

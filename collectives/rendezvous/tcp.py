@@ -120,9 +120,12 @@ class StoreServer:
                 while self._ready:  # a loop, not recursion: a wake may ready more connections
                     self._guard(self._process, self._ready.pop())
         finally:
+            # the listener first: a client that sees its connection end and dials again
+            # (a new world at this address) must find this server gone, not its backlog
+            self._lsock.close()
             for conn in list(self._conns):
                 self._drop(conn)
-            for s in (self._lsock, self._wake_r, self._wake_w):
+            for s in (self._wake_r, self._wake_w):
                 s.close()
             self._sel.close()
 

@@ -39,6 +39,13 @@ elif mode == "stubborn":  # rank 0 fails; the others ignore SIGTERM and start a 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     print("pids", os.getpid(), child.pid, flush=True)
     time.sleep(60)
+elif mode == "selfstop":  # selfstop <rank>: that rank stops itself (SIGSTOP), the others exit 0
+    print("pid", os.getpid(), flush=True)
+    if rank == int(sys.argv[2]):
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        print("continued", flush=True)
+        time.sleep(60)
 elif mode == "sleep":
     print("ready", os.getpid(), flush=True)
     time.sleep(60)
