@@ -9,7 +9,8 @@
  *     <case> <digest> <nan-digest>
  * <digest> is a 64-bit FNV-1a style hash of the result bytes (and status); <nan-digest> the
  * same after every NaN in a floating result is replaced by one NaN: the digest "NaN payloads
- * aside", which tells a difference in NaN bits from any other. The last line starts with "# summary". Mismatches between variants go to stderr as
+ * aside", which tells a difference in NaN bits from any other. The last line starts with
+ * "# summary". Mismatches between variants go to stderr as
  *     MISMATCH <case> <variant> <exact|nan-payload>
  * With --quick, fewer cases (fewer lengths, the long ones in fewer layouts): seconds under qemu.
  * Cumulative CPU time per section goes to stderr as "# cpu seconds after ...".
