@@ -33,6 +33,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# The kernels built for aarch64 and run under qemu, against x86-64 bit for bit (part of `test`
+# too; skipped without aarch64-linux-gnu-gcc and qemu-aarch64).
+.PHONY: test-arm64
+test-arm64: $(STAMP)
+	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider -rs test_kernels_arm64.py
+
 bench: $(STAMP)
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/rma.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/collectives.py

@@ -219,7 +219,8 @@ size_t pt_dtype_size(pt_dtype_t dt);
 /* Name of the instruction set the kernels dispatched to: "avx512", "avx2", "neon", "scalar".
  * Chosen at the first kernel call from what the CPU supports; POOLTENSOR_KERNELS set to one of
  * these names asks for a lesser one (the best the CPU runs at or below it). The results of
- * every kernel are bitwise the same on all of them, NaN payloads aside. */
+ * every kernel are bitwise the same on all of them and on every machine, x86-64 or aarch64: a NaN
+ * a reduction computes is always the positive quiet NaN without payload. */
 const char *pt_kernels_isa(void);
 
 /* memmove: dst and src may overlap. */

@@ -20,11 +20,12 @@
  *  - Selects, not branches, inside loops (no control flow, no trapping float op under a
  *    condition), so the float16 bit conversions vectorize too.
  *
- * Results do not depend on the variant, bit for bit (NaN payloads aside): every variant performs
- * the same operations in the same order (fixed lane count and leaf size in reduce_all, no FMA
- * since no variant enables it), and every float16/bfloat16 conversion rounds to nearest even.
- * Ranks on machines with different instruction sets therefore agree; a test checks scalar
- * against the dispatched variant bitwise.
+ * Results do not depend on the variant or the machine, bit for bit, NaNs included: every variant
+ * performs the same operations in the same order (fixed lane count and leaf size in reduce_all,
+ * no FMA since no variant enables it), every float16/bfloat16 conversion rounds to nearest even,
+ * and every NaN result is the one NaN (see "one NaN" below). Ranks on machines with different
+ * instruction sets, x86-64 and aarch64 alike, therefore agree; native/tests/kernels_check.c
+ * checks every variant against scalar bitwise, and its digests compare machines.
  */
 #include <stdint.h>
 #include <string.h>
@@ -197,6 +198,29 @@ static void pt_k_f16_out(pt_u16m_t *restrict out, const float *restrict in, size
 #error "PT_KF16 must be PT_KF16_BITS, PT_KF16_FLOAT16 or PT_KF16_F16C"
 #endif
 
+/* ---- one NaN ----
+ *
+ * Every NaN a floating reduction computes is written as the positive quiet NaN with no payload
+ * (float32 0x7fc00000, float64 0x7ff8000000000000, float16 0x7e00, bfloat16 0x7fc0). Left
+ * alone, the bits of a NaN depend on the machine, not on the data: an invalid operation
+ * (inf - inf, 0 * inf) gives a negative NaN on x86 and a positive one on aarch64, which of two
+ * NaN operands propagates depends on the operand order the compiler picked for each variant,
+ * and the float16 conversions keep payloads in hardware but not in bit manipulation. A select
+ * after the operation (compare and blend, vectorized like the rest) makes results bitwise the
+ * same on every machine, NaNs included. */
+static inline float pt_k_canon_f32(float x)
+{
+    return x != x ? pt_k_f32_from_bits(0x7fc00000u) : x;
+}
+
+static inline double pt_k_canon_f64(double x)
+{
+    union { uint64_t u; double d; } nan = {0x7ff8000000000000ull};
+    return x != x ? nan.d : x;
+}
+
+#define PT_KCANON(x) _Generic((x), float: pt_k_canon_f32, double: pt_k_canon_f64)(x)
+
 /* ---- the four operations ---- */
 
 #define PT_KSUM(a, b) ((a) + (b))
@@ -271,6 +295,8 @@ static int pt_k_later_alias(const void *dst, const void *const *srcs, int nsrc)
                 IN(t, (const pt_u16m_t *)srcs[k] + b, m);                                          \
                 NAME##_acc(acc, t, m);                                                             \
             }                                                                                      \
+            for (size_t i = 0; i < m; i++)                                                         \
+                acc[i] = pt_k_canon_f32(acc[i]);                                                   \
             OUT((pt_u16m_t *)dst + b, acc, m);                                                     \
         }                                                                                          \
     }
@@ -323,6 +349,7 @@ static int pt_k_later_alias(const void *dst, const void *const *srcs, int nsrc)
         for (size_t w = PT_KLANES(ACC) / 2; w > 0; w /= 2)                                         \
             for (size_t l = 0; l < w; l++)                                                         \
                 part[l] = OP(part[l], part[l + w]);                                                \
+        part[0] = PT_KCANON(part[0]);                                                              \
         memcpy(out, &part[0], sizeof(ACC));                                                        \
     }
 
@@ -355,8 +382,16 @@ static int pt_k_later_alias(const void *dst, const void *const *srcs, int nsrc)
     PT_KDEF_ALL_FLOAT(pt_k_all_##OPNAME##_f64, double, pt_k_lf_##OPNAME##_f64, OP, IDENT64)        \
     PT_KDEF_ALL_FLOAT(pt_k_all_##OPNAME##_f16, float, pt_k_lf_##OPNAME##_f16, OP, IDENT32)         \
     PT_KDEF_ALL_FLOAT(pt_k_all_##OPNAME##_bf16, float, pt_k_lf_##OPNAME##_bf16, OP, IDENT32)       \
-    PT_KDEF_REDUCE(pt_k_reduce_##OPNAME##_f32, pt_f32m_t, OP)                                      \
-    PT_KDEF_REDUCE(pt_k_reduce_##OPNAME##_f64, pt_f64m_t, OP)                                      \
+    static inline float pt_k_##OPNAME##_c32(float a, float b)                                      \
+    {                                                                                              \
+        return pt_k_canon_f32(OP(a, b));                                                           \
+    }                                                                                              \
+    static inline double pt_k_##OPNAME##_c64(double a, double b)                                   \
+    {                                                                                              \
+        return pt_k_canon_f64(OP(a, b));                                                           \
+    }                                                                                              \
+    PT_KDEF_REDUCE(pt_k_reduce_##OPNAME##_f32, pt_f32m_t, pt_k_##OPNAME##_c32)                     \
+    PT_KDEF_REDUCE(pt_k_reduce_##OPNAME##_f64, pt_f64m_t, pt_k_##OPNAME##_c64)                     \
     PT_KDEF_REDUCE_HALF(pt_k_reduce_##OPNAME##_f16, pt_k_f16_in, pt_k_f16_out, OP)                 \
     PT_KDEF_REDUCE_HALF(pt_k_reduce_##OPNAME##_bf16, pt_k_bf16_in, pt_k_bf16_out, OP)
 
