@@ -12,8 +12,10 @@
 static void mark_lost(pt_ctx_t *ctx, int r)
 {
     int none = -1;
-    atomic_store(&ctx->peers[r].lost, 1);
+    int was = atomic_exchange(&ctx->peers[r].lost, 1);
     atomic_compare_exchange_strong(&ctx->first_lost, &none, r);
+    if (!was)
+        pt_plat_reap(); /* what it left behind (posix: its shm_open names) goes now */
 }
 
 static void *monitor_main(void *arg)

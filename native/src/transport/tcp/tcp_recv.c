@@ -70,7 +70,7 @@ void pt__tcp_fail_locked(pt_tcp_conn_t *c, pt_status_t st)
             uint8_t hb[PT_TCP_HDR];
             pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_BYE};
             pt__hdr_pack(&h, hb);
-            (void)!send(c->fd, hb, sizeof(hb), MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)!send(c->fd, hb, sizeof(hb), MSG_DONTWAIT | PT_PLAT_MSG_NOSIGNAL);
             pthread_mutex_unlock(&c->send_lock);
         }
         shutdown(c->fd, SHUT_RDWR);
@@ -200,8 +200,8 @@ void *pt__tcp_receiver_main(void *arg)
         pthread_mutex_unlock(&c->lock);
         if (atomic_load(&c->dead))
             return NULL;
-        struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | POLLRDHUP
-                                                                    : POLLRDHUP)},
+        struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | PT_PLAT_POLLRDHUP
+                                                                    : PT_PLAT_POLLRDHUP)},
                                {.fd = c->rx_wake.rfd, .events = POLLIN}};
         int rc = poll(pf, 2, mine ? 100 : 1000);
         if (atomic_load(&c->dead))
