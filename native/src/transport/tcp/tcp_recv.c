@@ -200,8 +200,12 @@ void *pt__tcp_receiver_main(void *arg)
         pthread_mutex_unlock(&c->lock);
         if (atomic_load(&c->dead))
             return NULL;
+        /* not ours to read: watch for the peer's end (POLLRDHUP); where the system has no
+         * such event, for anything to read while nobody reads (with nothing in flight that is
+         * the end, or a failure), which the branch below takes over to see */
+        short idle = PT_PLAT_POLLRDHUP ? PT_PLAT_POLLRDHUP : waiter ? 0 : POLLIN;
         struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | PT_PLAT_POLLRDHUP
-                                                                    : PT_PLAT_POLLRDHUP)},
+                                                                    : idle)},
                                {.fd = c->rx_wake.rfd, .events = POLLIN}};
         int rc = poll(pf, 2, mine ? 100 : 1000);
         if (atomic_load(&c->dead))
