@@ -56,6 +56,9 @@ KINDS = ("allreduce", "allgather")
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--native", choices=("posix",), default=None,
+                   help="run without mpiexec: the posix build against the linux build, "
+                        "interleaved (bench/native.py)")
     p.add_argument("--quick", action="store_true", help="sizes up to 16 MiB, shorter repeats")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
     g = p.add_mutually_exclusive_group()
@@ -71,6 +74,11 @@ def parse():
                    help="only 'auto' of ours, not every named algorithm")
     p.add_argument("-v", "--verbose", action="store_true", help="say what is measured, on stderr")
     a = p.parse_args()
+    if a.native:
+        sys.path.insert(0, HERE)
+        import native
+        native.compare("collectives")
+        raise SystemExit(0)
     a.max_size = a.max_size or (16 * MiB if a.quick else 256 * MiB)
     a.target_ms = a.target_ms or (30.0 if a.quick else 100.0)
     a.repeats = a.repeats or (5 if a.quick else 7)

@@ -55,6 +55,9 @@ LONG = 3600.0  # the passive rank waits at most this long in a barrier
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--native", choices=("posix",), default=None,
+                   help="run without mpiexec: the posix build against the linux build, "
+                        "interleaved (bench/native.py)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and shorter runs (< 20 s)")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
     p.add_argument("--min-size", type=int, default=4 * KiB)
@@ -65,6 +68,11 @@ def parse():
     p.add_argument("--chunk", type=int, default=1 * MiB, help="get_async chunk size")
     p.add_argument("-v", "--verbose", action="store_true", help="say what is measured, on stderr")
     a = p.parse_args()
+    if a.native:
+        sys.path.insert(0, HERE)
+        import native
+        native.compare("rma")
+        raise SystemExit(0)
     if a.quick:
         a.max_size = a.max_size or 16 * MiB
         a.iters = a.iters or 4000

@@ -6,12 +6,13 @@
     win.put((world.rank + 1) % world.size, 0, b"hello")
     world.barrier()
 """
+from .native import native_info
 from .errors import (BootstrapError, CollectiveMismatch, Finalized, PeerLost, PooltensorError,
                      RemoteAccessError, Timeout, TransportError)
 from .window import Request, Window
 from .world import World, finalize, init
 
-__all__ = ["init", "finalize", "World", "Window", "Request", "PooltensorError",
+__all__ = ["native_info", "init", "finalize", "World", "Window", "Request", "PooltensorError",
            "TransportError", "RemoteAccessError", "PeerLost", "Timeout", "BootstrapError",
            "CollectiveMismatch", "Finalized"]
 from .dtypes import ReduceOp  # noqa: E402

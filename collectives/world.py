@@ -325,7 +325,8 @@ class World(LocalMemory):
                 "local_size": self.local_size, "host": self.host, "hosts": list(self.hosts),
                 "bootstrap": self.how, "transports": list(self.transports),
                 "listen": self.listen_address,
-                "kernels": _native.kernels_isa() if hasattr(_native, "kernels_isa") else None}
+                "kernels": _native.kernels_isa() if hasattr(_native, "kernels_isa") else None,
+                "native": getattr(_native, "PLATFORM", "linux")}
 
     def close(self):
         """Leave the world: a last barrier (best effort), then release every native resource."""

@@ -804,6 +804,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Segment", (PyObject *)&SegmentType) < 0 ||
         PyModule_AddObjectRef(m, "Request", (PyObject *)&RequestType) < 0 ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) < 0 ||
+        PyModule_AddStringConstant(m, "PLATFORM", pt_platform()) < 0 ||
         pt_py_add_team(m) < 0 ||
         pt_py_add_kernels(m) < 0) {
         Py_DECREF(m);

@@ -39,6 +39,8 @@ typedef enum {
 typedef enum { PT_SUM, PT_PROD, PT_MIN, PT_MAX, PT_NOPS } pt_op_t;
 
 const char *pt_status_str(pt_status_t st);
+/* The platform profile this build was made with: "linux" or "posix". */
+const char *pt_platform(void);
 /* How long every wait polls before it sleeps (process-wide; default $POOLTENSOR_SPIN_US or 20 us). */
 void pt_set_spin(double seconds);
 int pt_last_errno(void);

@@ -11,9 +11,14 @@ world = collectives.init()
 win = world.expose(1 << 16)
 victim = world.size - 1
 world.barrier()
-# segments are memfds: they have no name in /dev/shm and vanish with their last process
-with open("/proc/self/maps") as f:
-    assert "memfd:pooltensor" in f.read(), "window memory is not a memfd segment"
+if collectives._native.PLATFORM == "linux":
+    # segments are memfds: they have no name in /dev/shm and vanish with their last process
+    with open("/proc/self/maps") as f:
+        assert "memfd:pooltensor" in f.read(), "window memory is not a memfd segment"
+else:
+    # posix: shm_open names, which the survivors must reap once they see this rank dead
+    mine = [e for e in os.listdir("/dev/shm") if e.startswith(f"pt.{os.getpid()}.")]
+    assert len(mine) >= 2, f"no shm_open names of ours in /dev/shm: {mine}"
 if world.rank == victim:
     print(f"rank {world.rank}: pid {os.getpid()} dying", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -32,12 +32,8 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
     atomic_store(&ctx->first_lost, -1);
     const char *tenv = getenv("POOLTENSOR_TIMEOUT");
     ctx->timeout = tenv && atof(tenv) > 0 ? atof(tenv) : 60.0;
-    pthread_rwlockattr_t rwa;
-    pthread_rwlockattr_init(&rwa);
     /* a deregistration must not starve behind a stream of served requests */
-    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&ctx->serve_lock, &rwa);
-    pthread_rwlockattr_destroy(&rwa);
+    pt_plat_rwlock_init(&ctx->serve_lock);
     pthread_mutex_init(&ctx->reg_lock, NULL);
     pthread_mutex_init(&ctx->q_lock, NULL);
     pthread_cond_init(&ctx->q_cond, NULL);
@@ -48,6 +44,7 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
         pthread_mutex_init(&ctx->peers[i].lock, NULL);
         ctx->peers[i].watch_fd = -1;
     }
+    pt_plat_reap();
     st = pt_segment_create(sizeof(pt_ctrl_t), &ctx->ctrl_seg);
     if (st != PT_OK)
         goto err_peers;
@@ -107,8 +104,9 @@ void pt_ctx_destroy(pt_ctx_t *ctx)
         peer_unmap(&ctx->peers[i]);
     free(ctx->peers);
     pt_segment_destroy(ctx->ctrl_seg);
+    pt_plat_reap();
     pthread_rwlock_destroy(&ctx->serve_lock);
-    explicit_bzero(ctx->secret, sizeof(ctx->secret));
+    pt_plat_secure_zero(ctx->secret, sizeof(ctx->secret));
     free(ctx);
 }
 

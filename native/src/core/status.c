@@ -27,12 +27,30 @@ const char *pt_status_str(pt_status_t st)
     return "unknown status";
 }
 
+const char *pt_platform(void) { return pt_plat_name(); }
+
+#ifdef __APPLE__
+#include <mach/mach_time.h>
+
+/* macOS: the monotonic tick counter, scaled once (clock_gettime costs more there). */
+double pt__now(void)
+{
+    static double scale;
+    if (scale == 0) {
+        mach_timebase_info_data_t tb;
+        mach_timebase_info(&tb);
+        scale = (double)tb.numer / (double)tb.denom * 1e-9;
+    }
+    return (double)mach_absolute_time() * scale;
+}
+#else
 double pt__now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+#endif
 
 static _Atomic double spin_seconds = -1;
 

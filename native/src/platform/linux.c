@@ -11,9 +11,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -234,3 +237,36 @@ pt_status_t pt_plat_random(void *buf, size_t len)
     }
     return PT_OK;
 }
+
+/* ---- the profile, housekeeping, wrappers ---- */
+
+const char *pt_plat_name(void) { return "linux"; }
+
+void pt_plat_reap(void) {} /* memfds have no names to leave behind */
+
+int pt_plat_socket(int family, int nonblock)
+{
+    return socket(family, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+}
+
+int pt_plat_accept(int lfd) { return accept4(lfd, NULL, NULL, SOCK_CLOEXEC); }
+
+void pt_plat_keepalive(int fd, int idle, int intvl, int cnt)
+{
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+void pt_plat_rwlock_init(pthread_rwlock_t *l)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(l, &a);
+    pthread_rwlockattr_destroy(&a);
+}
+
+void pt_plat_secure_zero(void *p, size_t len) { explicit_bzero(p, len); }

@@ -1,7 +1,9 @@
 /* What differs between operating systems, behind one small interface. The core, the team
  * engine and the transports call these instead of system calls of their own. A profile
- * implements all of it and is chosen at build time: linux.c today (memfd, futex, eventfd, pidfd,
- * cross-memory attach). Nothing here knows of contexts, peers or transports.
+ * implements all of it and is chosen at build time (setup.py, $POOLTENSOR_NATIVE): linux.c
+ * (PT_PLATFORM_LINUX: memfd, futex, eventfd, pidfd, cross-memory attach) or posix.c
+ * (PT_PLATFORM_POSIX: only what macOS also has: shm_open, pthreads, pipes, kill(pid, 0) or
+ * kqueue, no cross-memory attach). Nothing here knows of contexts, peers or transports.
  *
  * A call that fails with PT_ERR_SYS has recorded errno (pt__sys) for pt_last_errno().
  */
@@ -90,5 +92,45 @@ pt_status_t pt_plat_copy_to_peer(int32_t pid, uint64_t addr, const void *src, si
 
 /* len bytes from the system's random source. */
 pt_status_t pt_plat_random(void *buf, size_t len);
+
+/* ---- the profile, housekeeping ---- */
+
+/* "linux" or "posix". */
+const char *pt_plat_name(void);
+/* Remove what processes of ours that died left behind (posix: shm_open names of dead pids);
+ * nothing where nothing can be left (linux). Called when a context is made and destroyed. */
+void pt_plat_reap(void);
+
+/* ---- small portable wrappers of calls that differ ---- */
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
+/* A stream socket, close-on-exec, non-blocking if asked. */
+int pt_plat_socket(int family, int nonblock);
+/* accept(), the new descriptor close-on-exec. */
+int pt_plat_accept(int lfd);
+/* Keepalive probes after idle seconds, every intvl seconds, cnt of them (what the system has). */
+void pt_plat_keepalive(int fd, int idle, int intvl, int cnt);
+/* A send that never raises SIGPIPE: flags for send()/sendmsg(), and pt_plat_socket has set
+ * SO_NOSIGPIPE where there is no MSG_NOSIGNAL (macOS). */
+#ifdef MSG_NOSIGNAL
+#define PT_PLAT_MSG_NOSIGNAL MSG_NOSIGNAL
+#else
+#define PT_PLAT_MSG_NOSIGNAL 0
+#endif
+/* poll() event for "the peer closed its end" where the system has one (Linux POLLRDHUP); 0
+ * elsewhere (the hang-up is then seen by the next read). */
+#if defined(PT_PLATFORM_LINUX) && defined(POLLRDHUP)
+#define PT_PLAT_POLLRDHUP POLLRDHUP
+#else
+#define PT_PLAT_POLLRDHUP 0
+#endif
+/* A reader-writer lock whose writers do not starve behind a stream of readers where the
+ * system lets us ask (glibc); the default kind elsewhere. */
+void pt_plat_rwlock_init(pthread_rwlock_t *l);
+/* Zero secret bytes in a way the compiler does not drop. */
+void pt_plat_secure_zero(void *p, size_t len);
 
 #endif

@@ -153,7 +153,7 @@ static pt_status_t dial(pt_tcp_peer_t *p, double timeout, int *fd_out)
     pt_status_t st = PT_ERR_PEER_LOST;
     double deadline = pt__now() + timeout;
     for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int fd = pt_plat_socket(a->ai_family, 1);
         if (fd < 0)
             continue;
         int rc = connect(fd, a->ai_addr, a->ai_addrlen);

@@ -16,10 +16,7 @@ int pt__tcp_tune(int fd, double slice)
     struct timeval tv = {(time_t)slice, (suseconds_t)((slice - (double)(time_t)slice) * 1e6)};
     /* keepalive: a peer whose machine vanished (no FIN, no RST) is noticed within ~20 s */
     int idle = 10, intvl = 3, cnt = 3;
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    pt_plat_keepalive(fd, idle, intvl, cnt);
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
@@ -114,7 +111,7 @@ int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int
         struct msghdr m = {0};
         m.msg_iov = iov;
         m.msg_iovlen = (size_t)n;
-        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        ssize_t w = sendmsg(fd, &m, PT_PLAT_MSG_NOSIGNAL);
         if (w < 0) {
             if (retry_io(deadline, abort))
                 continue;

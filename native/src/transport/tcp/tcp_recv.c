@@ -70,7 +70,7 @@ void pt__tcp_fail_locked(pt_tcp_conn_t *c, pt_status_t st)
             uint8_t hb[PT_TCP_HDR];
             pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_BYE};
             pt__hdr_pack(&h, hb);
-            (void)!send(c->fd, hb, sizeof(hb), MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)!send(c->fd, hb, sizeof(hb), MSG_DONTWAIT | PT_PLAT_MSG_NOSIGNAL);
             pthread_mutex_unlock(&c->send_lock);
         }
         shutdown(c->fd, SHUT_RDWR);
@@ -200,8 +200,12 @@ void *pt__tcp_receiver_main(void *arg)
         pthread_mutex_unlock(&c->lock);
         if (atomic_load(&c->dead))
             return NULL;
-        struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | POLLRDHUP
-                                                                    : POLLRDHUP)},
+        /* not ours to read: watch for the peer's end (POLLRDHUP); where the system has no
+         * such event, for anything to read while nobody reads (with nothing in flight that is
+         * the end, or a failure), which the branch below takes over to see */
+        short idle = PT_PLAT_POLLRDHUP ? PT_PLAT_POLLRDHUP : waiter ? 0 : POLLIN;
+        struct pollfd pf[2] = {{.fd = c->fd, .events = (short)(mine ? POLLIN | PT_PLAT_POLLRDHUP
+                                                                    : idle)},
                                {.fd = c->rx_wake.rfd, .events = POLLIN}};
         int rc = poll(pf, 2, mine ? 100 : 1000);
         if (atomic_load(&c->dead))

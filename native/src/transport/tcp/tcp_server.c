@@ -513,7 +513,7 @@ static void *listen_main(void *arg)
             break;
         if (!(pf[0].revents & POLLIN))
             continue;
-        int fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = pt_plat_accept(srv->lfd);
         if (fd < 0)
             continue;
         reap(srv, 0);
@@ -566,7 +566,7 @@ pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_o
     if (getaddrinfo(host, ps, &hints, &ai) != 0 || !ai)
         return PT_ERR_INVALID;
     pt_status_t st = PT_ERR_SYS;
-    int lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int lfd = pt_plat_socket(ai->ai_family, 0);
     if (lfd < 0) {
         st = pt__sys();
         goto err_ai;

@@ -1,0 +1,18 @@
+"""What the native engine (collectives._native) was built with: its platform profile."""
+from . import _native
+
+_PROFILES = {
+    "linux": {"segments": "memfd", "waits": "futex", "wakeups": "eventfd",
+              "peer_death": "pidfd", "private_memory": "cross-memory attach"},
+    "posix": {"segments": "shm_open", "waits": "condition variables (private), "
+              "os_sync_wait_on_address or naps (shared)", "wakeups": "pipe",
+              "peer_death": "kqueue (macOS) or kill(pid, 0)",
+              "private_memory": "unsupported (expose memory from alloc())"},
+}
+
+
+def native_info():
+    """The native layer's build: {'profile': 'linux' or 'posix', and what it uses for
+    segments, waits, wake-ups, peer death and a peer's private memory}."""
+    profile = getattr(_native, "PLATFORM", "linux")
+    return {"profile": profile, **_PROFILES.get(profile, {})}
