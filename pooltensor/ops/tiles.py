@@ -269,7 +269,7 @@ def exchange(world, mine_parts, specs, call=None):
             n += int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
         sizes.append(n)
     width = max(sizes) if sizes else 0
-    lead = 0 if call is None else 8 * agree.WORDS
+    lead = 0 if call is None else 8 * agree.ROW
     if width + lead == 0:
         return [[np.empty(shape, dt) for shape, dt in sp] for sp in specs]
     buf = np.zeros(lead + width, np.uint8)
@@ -290,7 +290,7 @@ def exchange(world, mine_parts, specs, call=None):
         agree.follow_up(world, call)
         raise
     if lead:
-        agree.verify(world, np.ascontiguousarray(allb[:, :lead]).view(np.int64), call)
+        agree.verify_rows(world, np.ascontiguousarray(allb[:, :lead]).view(np.int64), call)
     out = []
     for r, sp in enumerate(specs):
         row, pos, parts = allb[r], lead, []

@@ -26,9 +26,9 @@ dropped (the agreement row of that point says whether any rank has something que
 one allgather of (id, digest of its slabs) pairs: the ranks must agree on each id's slabs).
 
 Agreement (SPMD): creation and sync are collective pool operations, checked across ranks
-(agree.py) before they change anything: creation's row (operation, shape, dtype, placement,
-access, the next allocation id) rides in the allgather that also collects the frees; sync's
-(or the operation's that ends with it) in the allgather that is sync's barrier.
+(agree.py) before they change anything: creation's row (the digest of its operation, shape,
+dtype, placement, access and next allocation id) is the allreduce that also counts the queued
+frees; sync's (or that of the operation it ends) is the allreduce that is sync's barrier.
 
 Coherence (SPMD only; a plain script is the only writer so its cache is always right): each
 rw slab has an int64 version at its home, bumped with fetch_add after every write into it.
@@ -344,7 +344,7 @@ class Pool:
     def collect_frees(self, call=None, failed=False):
         """Give back the slabs of dropped arrays (collective in SPMD; see module docstring).
 
-        SPMD: one allgather of every rank's agreement row for `call` (the collective point
+        SPMD: one allreduce of every rank's agreement row for `call` (the collective point
         this is part of; default a plain sync) carrying its count of queued frees and
         `failed`; CollectiveMismatch on every rank, with nothing freed, when the calls differ.
         Returns whether any rank passed failed=True."""
@@ -358,15 +358,15 @@ class Pool:
                 return failed
             call = SYNC if call is None else call
             pend = list(self._pending)      # a finalizer may queue more while we wait
-            rows = agree.gather(self.world, call, len(pend), int(failed))
-            return self._free_agreed(rows, call, pend)
+            red = agree.reduce(self.world, call, len(pend), int(failed))
+            return self._free_agreed(red, call, pend)
 
-    def _free_agreed(self, rows, call, pend):
-        """After the agreement rows of a collective point: verify them, then free what every
-        rank dropped (of `pend`, the queue when the rows were sent). Returns whether any
-        rank's row said failed."""
-        agree.verify(self.world, rows, call)
-        mx = int(rows[:, 0].max())
+    def _free_agreed(self, red, call, pend):
+        """After the agreement row of a collective point (`red`, reduced over the ranks):
+        verify it, then free what every rank dropped (of `pend`, the queue when the row was
+        sent). Returns whether any rank's row said failed."""
+        agree.verify(self.world, red, call)
+        mx = int(red[0])
         if mx:
             # (id >= 1, digest of its slabs) padded with 0 to the longest list: one allgather
             mine = np.zeros((mx, 2), np.int64)
@@ -380,7 +380,7 @@ class Pool:
                 now = [p for p in pend if p[0] in common]
                 self._pending = [p for p in self._pending if p[0] not in common]
                 self._apply(now)
-        return bool(rows[:, 1].max())
+        return bool(red[1])
 
     def _check_slabs(self, lists, common):
         """Every rank holds the same slabs under each id about to be freed (else the pools
@@ -440,7 +440,7 @@ class Pool:
         """Flush, barrier and revalidate: afterwards every rank sees every write made before.
 
         SPMD: collective, and checked: `call` is the operation this sync ends (default a
-        plain sync), compared across ranks in the allgather that is the barrier
+        plain sync), compared across ranks in the allreduce that is the barrier
         (CollectiveMismatch on every rank when the calls differ, after revalidating, before
         any free). Returns whether any rank passed failed=True (its part of the operation
         raised: the caller then raises on every rank)."""
@@ -461,9 +461,9 @@ class Pool:
                 self._apply(self._pending_pv)
                 self._pending_pv = []
             pend = list(self._pending)
-            rows = agree.gather(self.world, call, len(pend), int(failed))
+            red = agree.reduce(self.world, call, len(pend), int(failed))
             self.revalidate()
-            return self._free_agreed(rows, call, pend)
+            return self._free_agreed(red, call, pend)
 
     # -- reporting -----------------------------------------------------------------------------
     def free_bytes(self):
