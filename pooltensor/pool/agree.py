@@ -42,50 +42,110 @@ def word(text):
     return ((zlib.crc32(b) << 30) ^ zlib.adler32(b)) & _MASK
 
 
+_WORDS = {}                       # text -> word(text): operation names, dtypes, modes recur
+
+
+def _w(text):
+    w = _WORDS.get(text)
+    if w is None:
+        if len(_WORDS) > 4096:
+            _WORDS.clear()
+        w = _WORDS[text] = word(text)
+    return w
+
+
+def slabs_word(heap, members, slots):
+    """The digest of an allocation's slabs (heap, home and slot of each), as ranks compare
+    them before freeing it."""
+    return hash((_w(heap), tuple(members), tuple(slots))) & _MASK
+
+
+_POOL_TYPES = set()               # the types found to be pool arrays (they have ._a)
+_NAN = word("nan")
+
+
+def _dt(d):
+    """A dtype as an int the same for aliases (np.longlong and np.int64 alike)."""
+    return ord(d.kind) << 8 | d.itemsize
+
+
 def _key(v):
-    """One target or operand as the ranks compare it: a pool array's view (allocation id,
-    offset, shape, strides, dtype), a numpy array's shape and dtype (and values when it has at
-    most 16), a scalar's type and value; a text as it is."""
-    if type(v) is str:
-        return v
+    """One target or operand as the ranks compare it, as ints (Python's hash of ints and of
+    tuples of them is the same in every process, unlike a string's): a pool array's view
+    (allocation id, offset, shape, strides, dtype), a numpy array's shape and dtype (and bytes
+    when it has at most 16 elements), a scalar's type and value; (label, ints...) tuples and
+    texts as they are."""
+    t = type(v)
+    if t in _POOL_TYPES:
+        return (v._a.id, v._off, v._shape, v._strides, _dt(v._dtype))
+    if t is int or t is bool:
+        return (2, t is bool, v)
+    if t is float:
+        return (3, v if v == v else _NAN)          # hash(nan) differs from process to process
+    if t is str:
+        return _w(v)
+    if t is tuple:
+        return (_w(v[0]),) + v[1:]
+    if isinstance(v, np.ndarray):
+        return (1, v.shape, _dt(v.dtype), zlib.crc32(v.tobytes()) if v.size <= 16 else 0)
+    if getattr(v, "_a", None) is not None:
+        _POOL_TYPES.add(t)
+        return _key(v)
+    return (4, _w(t.__name__), _w(repr(v)))
+
+
+def _show(v):
+    """A target or operand as text, for a message."""
     a = getattr(v, "_a", None)
     if a is not None:
-        return (a.id, v._off, v._shape, v._strides, v._dtype.str)
+        return (f"pool[allocation {a.id}, offset {v._off}, shape {v._shape}, "
+                f"strides {v._strides}, {v._dtype.str}]")
+    if isinstance(v, str):
+        return v
+    if isinstance(v, tuple):
+        return f"{v[0]} " + ", ".join(map(str, v[1:]))
     if isinstance(v, np.ndarray):
-        return ("numpy", v.shape, v.dtype.str, v.tolist() if v.size <= 16 else None)
-    return (type(v).__name__, repr(v))
+        return f"numpy[shape {v.shape}, {v.dtype.str}" + (
+            f", {v.tolist()!r}]" if v.size <= 16 else "]")
+    return f"{type(v).__name__} {v!r}"
 
 
-def _show_key(k):
-    if type(k) is str:
-        return k
-    if type(k[0]) is int:
-        return (f"pool[allocation {k[0]}, offset {k[1]}, shape {k[2]}, strides {k[3]}, "
-                f"{k[4]}]")
-    if k[0] == "numpy":
-        return f"numpy[shape {k[1]}, {k[2]}" + (f", {k[3]!r}]" if k[3] is not None else "]")
-    return f"{k[0]} {k[1]}"
-
-
-def _dtypes(d):
-    if d is None or type(d) is str:
-        return d
+def _dtype_key(d):
+    if d is None:
+        return 0
     if isinstance(d, np.dtype):
-        return d.str
-    return tuple(x.str for x in d)
+        return _dt(d)
+    return tuple(map(_dt, d))
+
+
+def _plain_key(v):
+    """A field that is None, an int, a text, or a tuple of ints (shape, placement list)."""
+    if v is None:
+        return 0
+    t = type(v)
+    if t is str:
+        return _w(v)
+    if t is tuple and v and type(v[0]) is str:
+        return (_w(v[0]),) + v[1:]
+    return v
 
 
 class Call:
-    """One collective pool operation as the ranks compare it: its fields and their digest
-    (the fields' text, for a message, is made only when one is needed)."""
+    """One collective pool operation as the ranks compare it: its fields and their digest.
+
+    The digest is Python's hash of the fields turned into ints (texts through a cached
+    process-independent word, NaNs through their repr), so a call costs a few tuple
+    operations; the fields' text, for a message, is made only when one is needed. (Ranks
+    must run one Python version: the hash of tuples is the interpreter's.)"""
 
     __slots__ = ("fields", "digest")
 
     def __init__(self, operation, shape=None, dtype=None, placement=None, access=None,
                  targets=(), operands=()):
-        self.fields = (operation, shape, _dtypes(dtype), placement, access,
-                       tuple(map(_key, targets)), tuple(map(_key, operands)))
-        self.digest = word(repr(self.fields))
+        self.fields = (operation, shape, dtype, placement, access, targets, operands)
+        self.digest = hash((_w(operation), _plain_key(shape), _dtype_key(dtype),
+                            _plain_key(placement), _plain_key(access),
+                            tuple(map(_key, targets)), tuple(map(_key, operands)))) & _MASK
 
     @property
     def name(self):
@@ -96,12 +156,12 @@ class Call:
         """Every field as text (for a message)."""
         out = []
         for i, f in enumerate(self.fields):
-            if f is None or f == ():
+            if f is None or (i >= 5 and not f):
                 out.append("")
             elif i >= 5:
-                out.append("(" + ", ".join(map(_show_key, f)) + ")")
-            elif type(f) is tuple and i == 2:
-                out.append(", ".join(f))
+                out.append("(" + ", ".join(map(_show, f)) + ")")
+            elif i == 2:
+                out.append(f.str if isinstance(f, np.dtype) else ", ".join(d.str for d in f))
             else:
                 out.append(f if type(f) is str else repr(f))
         return out
@@ -180,7 +240,7 @@ def _groups(column):
     return list(out.items())
 
 
-def _show(text):
+def _cut(text):
     text = text or "(none)"
     return text if len(text) <= _SHOW else text[:_SHOW - 3] + "..."
 
@@ -199,7 +259,7 @@ def mismatch(world, call):
     if texts is None:
         return CollectiveMismatch(
             f"ranks called collective pool operations differently (their digests differ; "
-            f"here: {_show(repr(call.fields))}). In SPMD every rank makes the same collective "
+            f"here: {_cut(repr(call.texts()))}). In SPMD every rank makes the same collective "
             f"pool calls with the same arguments and views, in the same order; no array was "
             f"changed", rank=me, host=world.hosts[me])
     other = next((r for r, t in enumerate(texts) if t != texts[me]), None)
@@ -209,7 +269,7 @@ def mismatch(world, call):
     if 0 in fields:
         fields = [0]          # different operations: their other fields mean other things
     body = "; ".join(FIELDS[i] + ": " + "; ".join(
-        f"{_show(v)} on {_ranks(rs)}" for v, rs in _groups([t[i] for t in texts]))
+        f"{_cut(v)} on {_ranks(rs)}" for v, rs in _groups([t[i] for t in texts]))
         for i in fields) or "(the texts agree)"
     head = ("ranks are in different collective pool operations" if fields == [0] else
             f"ranks called the collective pool operation {texts[0][0]!r} differently")

@@ -239,7 +239,7 @@ class Pool:
             call = agree.Call(op, shape, dtype,
                               agree.placement_text(self.placement if placement is None
                                                    else placement), access,
-                              targets=(f"allocation {self._next_id + 1} of {n} slabs",))
+                              targets=(("new allocation id, slabs", self._next_id + 1, n),))
         else:
             call = None
         if access not in ACCESS:
@@ -369,31 +369,30 @@ class Pool:
         mx = int(red[0])
         if mx:
             # (id >= 1, digest of its slabs) padded with 0 to the longest list: one allgather
-            mine = np.zeros((mx, 2), np.int64)
-            for i, (aid, heap, members, slots) in enumerate(pend):
-                mine[i] = (aid, agree.word(f"{heap} {members} {slots}"))
-            lists = collectives.allgather(mine, world=self.world)
-            common = set(lists[0, :, 0].tolist()).intersection(
-                *(set(lst[:, 0].tolist()) for lst in lists[1:])) - {0}
+            mine = [(p[0], agree.slabs_word(*p[1:])) for p in pend]
+            mine += [(0, 0)] * (mx - len(mine))
+            per = [dict(lst) for lst in
+                   collectives.allgather(np.array(mine, np.int64), world=self.world).tolist()]
+            common = set(per[0]).intersection(*per[1:]) - {0}
             if common:
-                self._check_slabs(lists, common)
+                self._check_slabs(per, common)
                 now = [p for p in pend if p[0] in common]
                 self._pending = [p for p in self._pending if p[0] not in common]
                 self._apply(now)
         return bool(red[1])
 
-    def _check_slabs(self, lists, common):
-        """Every rank holds the same slabs under each id about to be freed (else the pools
-        diverged: CollectiveMismatch on every rank, nothing freed)."""
-        per = [dict(map(tuple, lst.tolist())) for lst in lists]
+    def _check_slabs(self, per, common):
+        """Every rank holds the same slabs under each id about to be freed (per: one
+        {id: slab digest} per rank); else the pools diverged: CollectiveMismatch on every
+        rank, nothing freed."""
         for aid in sorted(common):
             digests = [p[aid] for p in per]
-            if len(set(digests)) > 1:
+            if digests.count(digests[0]) != len(digests):
                 other = next(r for r, d in enumerate(digests) if d != digests[self.me])
                 raise collectives.CollectiveMismatch(
                     f"the ranks would free allocation {aid} with different slabs (slab "
                     f"digests {digests}, rank by rank): their pools diverged; nothing was freed",
-                    rank=other, host=self.world.hosts[other] if other is not None else None)
+                    rank=other, host=self.world.hosts[other])
 
     # -- versions (SPMD coherence) -------------------------------------------------------------
     def version(self, m, slot):
