@@ -365,7 +365,7 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
     call = None
     if coll and pool.size > 1:
         call = agree.Call(what or getattr(kernel, "__qualname__", "kernel"), shape,
-                          [o._dtype for o in outs], access=" ".join(o.access for o in outs),
+                          tuple(o._dtype for o in outs), access=" ".join(o.access for o in outs),
                           targets=outs, operands=operands)
         if not fresh:
             agree.check(pool.world, call)     # before any write, and before copies below

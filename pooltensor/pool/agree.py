@@ -130,6 +130,9 @@ def _plain_key(v):
     return v
 
 
+_HEADS = {}     # (operation, shape, dtype, placement, access) -> their ints' hash: calls recur
+
+
 class Call:
     """One collective pool operation as the ranks compare it: its fields and their digest.
 
@@ -142,10 +145,18 @@ class Call:
 
     def __init__(self, operation, shape=None, dtype=None, placement=None, access=None,
                  targets=(), operands=()):
-        self.fields = (operation, shape, dtype, placement, access, targets, operands)
-        self.digest = hash((_w(operation), _plain_key(shape), _dtype_key(dtype),
-                            _plain_key(placement), _plain_key(access),
-                            tuple(map(_key, targets)), tuple(map(_key, operands)))) & _MASK
+        if type(dtype) is list:
+            dtype = tuple(dtype)
+        head = (operation, shape, dtype, placement, access)
+        h = _HEADS.get(head)               # each field hashable: None, int, text, tuple, dtype
+        if h is None:
+            h = hash((_w(operation), _plain_key(shape), _dtype_key(dtype),
+                      _plain_key(placement), _plain_key(access)))
+            if len(_HEADS) > 4096:
+                _HEADS.clear()
+            _HEADS[head] = h
+        self.fields = head + (targets, operands)
+        self.digest = hash((h, tuple(map(_key, targets)), tuple(map(_key, operands)))) & _MASK
 
     @property
     def name(self):
