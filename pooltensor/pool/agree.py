@@ -182,7 +182,7 @@ class Call:
         return np.array((a, b, self.digest, -self.digest), np.int64)
 
 
-def placement_text(policy):
+def placement_key(policy):
     """A placement argument as the ranks compare it: a policy name, a member tuple, or one
     home per slab."""
     homes = getattr(policy, "homes", None)

@@ -237,7 +237,7 @@ class Pool:
         if self.coherent and access != "private":
             op, shape, dtype = what if what is not None else ("allocate", int(nbytes), None)
             call = agree.Call(op, shape, dtype,
-                              agree.placement_text(self.placement if placement is None
+                              agree.placement_key(self.placement if placement is None
                                                    else placement), access,
                               targets=(("new allocation id, slabs", self._next_id + 1, n),))
         else:
