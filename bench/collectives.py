@@ -18,7 +18,8 @@ Sizes follow nccl-tests: for allreduce, the bytes of x; for allgather, the bytes
 gathered output (each rank sends size / n, at least one element). For each size, every
 contender gets a warmup and a call count calibrated (together: the slowest rank decides) so one
 repeat takes about --target-ms; then --repeats rounds run one batch of every contender in turn,
-each batch after a barrier, so that load changes hit all contenders alike. Every call is timed
+in an order rotated from round to round, each batch after a barrier, so that load changes hit
+all contenders alike. Every call is timed
 on every rank; a call's time is the maximum over ranks.
 
   P50 latency  median over every call of every repeat
@@ -136,8 +137,9 @@ def _calibrate(comm, MPI, op, target):
 
 def timed(comm, MPI, ops, a):
     """Time several contenders on every rank together, interleaved: each repeat runs one batch
-    of every contender in turn (a barrier before each), so a change in machine load hits all
-    of them alike. `ops` is {name: (op, before)}: before() readies the buffers ahead of each
+    of every contender in turn (a barrier before each), in an order rotated from repeat to
+    repeat (common.rotated, the same on every rank), so a change in machine load hits all of
+    them alike and none always runs after the same other one. `ops` is {name: (op, before)}: before() readies the buffers ahead of each
     batch, untimed. Returns {name: figures (seconds)}."""
     target = a.target_ms / 1e3
     calls, per_call, batch = {}, {}, {}
@@ -151,7 +153,7 @@ def timed(comm, MPI, ops, a):
         batch[name] = np.empty(a.repeats, np.int64)
     t = now_ns
     for r in range(a.repeats):
-        for name, (op, before) in ops.items():
+        for name, (op, before) in common.rotated(ops.items(), r):
             if before:
                 before()
             row, n = per_call[name][r], calls[name]

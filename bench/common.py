@@ -3,6 +3,7 @@
 Nothing here knows about windows, collectives or the pool: a benchmark hands in a callable and
 a byte count and gets figures back.
 """
+import contextlib
 import json
 import math
 import os
@@ -81,6 +82,37 @@ def latency(op, iters, warmup=1000):
     return out
 
 
+def rotated(items, r):
+    """items (a sequence) in the order of repeat r: rotated left by r, so that across repeats
+    every contender runs first, last and after each of the others, not always after the same
+    one (whose cache footprint, page faults or load it would inherit)."""
+    items = list(items)
+    k = r % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
+def interleaved(fns, repeats, setup=None, warmup=1):
+    """{name: [seconds of each repeat]}: every fn once per repeat, the order rotated from
+    repeat to repeat (rotated()); setup() runs untimed before every call; `warmup` untimed
+    calls of each first. For whole operations timed one call at a time (a benchmark whose
+    contenders each take milliseconds or more)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            if setup:
+                setup()
+            fn()
+    times = {k: [] for k in fns}
+    t = time.perf_counter
+    for r in range(repeats):
+        for k, fn in rotated(fns.items(), r):
+            if setup:
+                setup()
+            a = t()
+            fn()
+            times[k].append(t() - a)
+    return times
+
+
 def _calibrate(op, target_s):
     """How many calls of op() take about target_s."""
     t = now_ns
@@ -96,28 +128,35 @@ def _calibrate(op, target_s):
     return max(1, int(n * target_s * 1e9 / max(el, 1)))
 
 
-def bandwidths(ops, nbytes, target_s=0.1, repeats=5, warmup=1):
+def _stretch(around, name):
+    return around(name) if around is not None else contextlib.nullcontext()
+
+
+def bandwidths(ops, nbytes, target_s=0.1, repeats=5, warmup=1, around=None):
     """bandwidth() for several ops moving the same `nbytes`, interleaved: each repeat runs one
     batch of every op in turn, so a change in machine load hits all of them alike and the
-    ratios between them stay fair. The order rotates from repeat to repeat, so no op always
-    runs right after the same other one (whose cache footprint it would inherit).
-    `ops` is {name: callable}; returns {name: result}."""
+    ratios between them stay fair. The order rotates from repeat to repeat (rotated()), so no
+    op always runs right after the same other one (whose cache footprint it would inherit).
+    `ops` is {name: callable}; returns {name: result}. around(name), if given, is a context
+    manager entered before every stretch of calls of op `name` (warmup and calibration, each
+    batch) and left after it, untimed: a peer that must take part only in some contenders'
+    calls (an MPI target inside MPI for MPI's batches only)."""
     calls = {}
     for name, op in ops.items():
-        for _ in range(warmup):
-            op()
-        calls[name] = _calibrate(op, target_s)
+        with _stretch(around, name):
+            for _ in range(warmup):
+                op()
+            calls[name] = _calibrate(op, target_s)
     rates = {name: [] for name in ops}
     t = now_ns
-    order = list(ops.items())
     for r in range(repeats):
-        k = r % len(order)
-        for name, op in order[k:] + order[:k]:
+        for name, op in rotated(ops.items(), r):
             n = calls[name]
-            a = t()
-            for _ in range(n):
-                op()
-            el = t() - a
+            with _stretch(around, name):
+                a = t()
+                for _ in range(n):
+                    op()
+                el = t() - a
             rates[name].append(nbytes * n / (el * 1e-9))
     return {name: {"bytes": nbytes, "calls": calls[name],
                    "gbps": statistics.median(r) / 1e9, "gbps_repeats": [x / 1e9 for x in r],
@@ -128,7 +167,13 @@ def paired_ratio(a, b):
     """Median over repeats of a's rate / b's rate in the same repeat, for two results of one
     bandwidths() call: the two batches of a repeat ran back to back, so a load burst that
     spoils a repeat spoils both sides and cancels out of the ratio."""
-    return statistics.median(x / y for x, y in zip(a["gbps_repeats"], b["gbps_repeats"]))
+    return median_ratio(a["gbps_repeats"], b["gbps_repeats"])
+
+
+def median_ratio(xs, ys):
+    """Median over repeats of x / y, for two lists of per-repeat figures (seconds, or rates)
+    taken in the same repeats: what a load burst spoils, it spoils on both sides."""
+    return statistics.median(x / y for x, y in zip(xs, ys))
 
 
 def geomean(values):
@@ -136,30 +181,31 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def latencies(ops, iters, warmup=1000, blocks=10):
-    """latency() for several ops, interleaved in `blocks` blocks (same reason as bandwidths()).
-    `ops` is {name: callable}; returns {name: summary}; 'loop_mean' here is the median over
-    blocks of the mean per call of an untimed loop (one preemption then spoils one block only)."""
+def latencies(ops, iters, warmup=1000, blocks=10, around=None):
+    """latency() for several ops, interleaved in `blocks` blocks in rotating order (same
+    reason as bandwidths(); `around` too). `ops` is {name: callable}; returns {name: summary};
+    'loop_mean' here is the median over blocks of the mean per call of an untimed loop (one
+    preemption then spoils one block only)."""
     t = now_ns
-    for op in ops.values():
-        for _ in range(warmup):
-            op()
+    for name, op in ops.items():
+        with _stretch(around, name):
+            for _ in range(warmup):
+                op()
     per = max(1, iters // blocks)
     samples = {name: [] for name in ops}
     loop = {name: [] for name in ops}
-    order = list(ops.items())
     for b in range(blocks):
-        k = b % len(order)
-        for name, op in order[k:] + order[:k]:
+        for name, op in rotated(ops.items(), b):
             s = samples[name]
-            for _ in range(per):
+            with _stretch(around, name):
+                for _ in range(per):
+                    a = t()
+                    op()
+                    s.append(t() - a)
                 a = t()
-                op()
-                s.append(t() - a)
-            a = t()
-            for _ in range(per):
-                op()
-            loop[name].append((t() - a) / per)
+                for _ in range(per):
+                    op()
+                loop[name].append((t() - a) / per)
     out = {}
     for name in ops:
         out[name] = summarize_ns(samples[name])

@@ -23,14 +23,14 @@ process (aim > 1: two ranks beat one process), each rank against numpy on its sh
 >= 0.8).
 
 Throughput = bytes moved / seconds; ratio = numpy's time / ours. Every timing interleaves ours
-and numpy's (each repeat runs both, in turn), medians of --repeats. Results: DIR/ops[-quick]
+and numpy's (each repeat runs every contender once, in an order rotated from repeat to repeat:
+common.interleaved), medians of --repeats. Results: DIR/ops[-quick]
 (.json, .txt, .png) for the plain script, DIR/ops-spmdN[-quick].* under SPMD.
 """
 import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -63,23 +63,6 @@ def parse():
     return a
 
 
-def timed(fn):
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
-def interleaved(fns, repeats):
-    """{name: [seconds per repeat]}, each fn once per repeat in turn, after one warm-up."""
-    for fn in fns.values():
-        fn()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            times[k].append(timed(fn))
-    return times
-
-
 def arrays(n, placement):
     a = pt.random.random(n, seed=1, placement=placement)
     b = pt.random.random(n, seed=2, placement=placement)
@@ -107,7 +90,7 @@ def plain(args):
             assert np.isclose(ours["sum"](), ref["sum"](), rtol=1e-12)
             del y
             for op, k in OPS.items():
-                t = interleaved({"ours": ours[op], "numpy": ref[op]}, args.repeats)
+                t = common.interleaved({"ours": ours[op], "numpy": ref[op]}, args.repeats)
                 to, tn = statistics.median(t["ours"]), statistics.median(t["numpy"])
                 nbytes = k * args.size
                 rows.append({"members": members, "placement": placement, "op": op,
@@ -169,7 +152,7 @@ def spmd(args):
     for op, k in OPS.items():
         fns = {"ours": job(ours[op]), "numpy_share": job(ref_share[op]),
                "numpy_one": alone(ref_whole[op] if me == 0 else None)}
-        t = interleaved(fns, args.repeats)
+        t = common.interleaved(fns, args.repeats)
         med = {name: statistics.median(v) for name, v in t.items()}
         everyone = world.allgather_object(med)
         job_s = max(m["ours"] for m in everyone)
@@ -183,6 +166,8 @@ def spmd(args):
                      "numpy_one_gbps": nbytes / one_s / 1e9, "job_vs_one": one_s / job_s,
                      "per_rank": per_rank})
         raw[op] = world.allgather_object(t)
+    small = small_calls(world, 50 if args.quick else 200, args.repeats)
+    raw["small_calls_us"] = small
     if me != 0:
         pt.finalize()
         return None
@@ -194,11 +179,35 @@ def spmd(args):
             out.append([r["op"], r["job_gbps"], r["numpy_one_gbps"], r["job_vs_one"], p["rank"],
                         p["ours_gbps"], p["numpy_share_gbps"], p["ratio"]])
     table = common.format_table(headers, out)
+    table += ("\n\nsmall collective calls on 8-element arrays, microseconds per call (the slowest "
+              "rank; median of repeats): creation, elementwise into a new array and in place, "
+              "a reduction; each checked across ranks\n" +
+              common.format_table(["call", "us per call"], [[k, v] for k, v in small.items()]))
     title = (f"SPMD, {size} ranks, arrays of {human_size(args.size)} float64 spread over them, "
              f"cache {human_size(args.size // 8)}; job vs one numpy process (aim > 1), "
              f"each rank vs numpy on its share at once (aim >= 0.8)")
     pt.finalize()
     return title, table, rows, raw, None
+
+
+def small_calls(world, calls, repeats):
+    """SPMD: microseconds per call of small collective calls (the slowest rank's batch of
+    `calls`, median over repeats, the calls interleaved in rotating order): what a call costs
+    beyond its data (placement, the ranks' agreement, sync, frees)."""
+    x = pt.zeros(8)
+    ops = {"zeros(8)": lambda: pt.zeros(8), "x + 1": lambda: x + 1,
+           "x += 1": lambda: x.__iadd__(1), "x.sum()": lambda: x.sum()}
+
+    def batch(fn):
+        def run():
+            world.barrier()
+            for _ in range(calls):
+                fn()
+            world.barrier()
+        return run
+    t = common.interleaved({k: batch(fn) for k, fn in ops.items()}, repeats, warmup=2)
+    everyone = world.allgather_object({k: statistics.median(v) for k, v in t.items()})
+    return {k: round(max(m[k] for m in everyone) / calls * 1e6, 1) for k in ops}
 
 
 def plot(path, title, rows, is_spmd):

@@ -23,7 +23,8 @@ Four parts, each printed as a table and kept in DIR/pool[-quick].json (+ .txt, .
     that, at least 16 slabs), and the latency of a scalar read that misses (one slab fetched).
     This is the measurement behind pooltensor's default slab size.
 
-All timings interleave ours and numpy's (each repeat runs both), medians of --repeats.
+All timings interleave ours and numpy's (each repeat runs both, in an order rotated from repeat to
+repeat: common.interleaved), medians of --repeats.
 """
 import argparse
 import os
@@ -63,24 +64,11 @@ def parse():
     return a
 
 
-def timed(fn):
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
 def interleaved(fns, repeats, setup=None):
-    """{name: median seconds} running each fn once per repeat, in turn."""
-    times = {k: [] for k in fns}
-    for fn in fns.values():
-        if setup:
-            setup()
-        fn()                                     # warm up (faults frames, fills caches)
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            if setup:
-                setup()
-            times[k].append(timed(fn))
+    """({name: median seconds}, {name: [seconds per repeat]}): each fn once per repeat, the
+    order rotated from repeat to repeat (common.interleaved), after one warm-up call each
+    (faults frames, fills caches)."""
+    times = common.interleaved(fns, repeats, setup=setup)
     return {k: statistics.median(v) for k, v in times.items()}, times
 
 
@@ -190,7 +178,9 @@ def scans(pool, size):
         pool.cache.clear()
         x._a.pf = None
         pool.cache.reset_counters()
-        t = timed(fn)
+        t0 = time.perf_counter()
+        fn()
+        t = time.perf_counter() - t0
         c = pool.cache.stats()
         rows.append({"scan": name, "hits": c["hits"], "misses": c["misses"],
                      "hit_rate": c["hit_rate"], "prefetch_issued": c["prefetch_issued"],

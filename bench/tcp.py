@@ -21,25 +21,26 @@ Contenders, each moving the same bytes between two processes:
              needs it inside MPI to progress).
 
 For each link: 8-byte get latency (P50/P99 of single timed calls) and get/put bandwidth for
-4 KiB .. 256 MiB (x4 steps; --quick: up to 16 MiB). Ours and the socket run in one process,
-interleaved (each repeat runs one batch of each in turn), and their ratio is the median of
-per-repeat ratios; MPI runs in its own job right after. Across namespaces (tests/netns.py's
-ptns0 -> ptns1 over a veth pair; needs root, else skipped with the reason) also float32 sum
-allreduce on 2 ranks: collectives.allreduce against Comm.Allreduce, timed in the same MPMD
-job (`mpiexec -n 1 ip netns exec ptns0 ... : -n 1 ip netns exec ptns1 ...`).
+4 KiB .. 256 MiB (x4 steps; --quick: up to 16 MiB). One MPI job per netmod measures all three
+contenders in the same calls (bench/tcp_parts.py): rank 0 the client, rank 1 the target that
+serves ours, the socket peer and MPI's window; each repeat runs one batch of every contender,
+in an order rotated from repeat to repeat, and every ratio (ours/socket, ours/MPI) is the
+median of per-repeat ratios within that one job. The target sits inside MPI (a barrier) only
+for MPI's batches, which need it there; for ours and the socket's it sleeps, as a memory
+server does. When no netmod runs, ours and the socket are measured the same way by two plain
+processes. Across namespaces (tests/netns.py's ptns0 -> ptns1 over a veth pair; needs root,
+else skipped with the reason) also float32 sum allreduce on 2 ranks: collectives.allreduce
+against Comm.Allreduce, interleaved in one MPMD job per netmod (`mpiexec -n 1 ip netns exec
+ptns0 ... : -n 1 ip netns exec ptns1 ...`), the ratio again per job from paired repeats.
 
-Prints the tables with ratios (ours/socket, ours/best MPI), and writes DIR/tcp[-quick].json
-(every figure, the machine, which MPI netmods worked), .txt and .png.
+Prints the tables with ratios (ours/socket, ours/MPI per netmod), and writes
+DIR/tcp[-quick].json (every figure, the machine, which MPI netmods worked), .txt and .png.
 """
 import argparse
-import ctypes
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 import numpy as np
@@ -61,198 +62,6 @@ NS_ADDR = ("10.77.0.1", "10.77.0.2")
 RESULT = "RESULT "
 LONG = 900   # seconds any helper process may take
 
-PEER_C = os.path.join(HERE, "tcp_peer.c")
-
-
-def peer_lib():
-    """The C socket peer (bench/tcp_peer.c), built once per source version (cc -O2) into the
-    temp folder."""
-    with open(PEER_C, "rb") as f:
-        tag = hashlib.sha1(f.read()).hexdigest()[:12]
-    path = os.path.join(tempfile.gettempdir(), f"pooltensor-bench-tcp-peer-{tag}.so")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}"
-        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-pthread",
-                        PEER_C, "-o", tmp], check=True, timeout=120)
-        os.replace(tmp, path)
-    lib = ctypes.CDLL(path)
-    for name, args in {"pp_listen": [ctypes.c_char_p, ctypes.c_int], "pp_port": [ctypes.c_int],
-                       "pp_serve": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
-                       "pp_connect": [ctypes.c_char_p, ctypes.c_int],
-                       "pp_get": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
-                       "pp_put": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]}.items():
-        getattr(lib, name).argtypes = args
-        getattr(lib, name).restype = ctypes.c_int
-    return lib
-
-
-def pattern(n):
-    """Bytes i % 251 (the server fills its segment so; the client checks what it reads)."""
-    return np.resize(np.arange(251, dtype=np.uint8), n)
-
-
-def emit(obj):
-    print(RESULT + json.dumps(obj), flush=True)
-
-
-# ---- the parts, each run in its own process -----------------------------------------------
-
-def part_server(a):
-    """Serve one segment both ways (ours and the C peer); print the ports; run until stdin
-    closes."""
-    from collectives import _native
-    seg = _native.Segment(a.max_size)
-    arr = np.frombuffer(memoryview(seg), np.uint8)
-    arr[:] = pattern(a.max_size)
-    ctx = _native.Context(0, 1)
-    ctx.set_secret(bytes.fromhex(a.secret))
-    ctx.add_segment(seg)
-    key = ctx.register(memoryview(seg), 3)
-    port = ctx.listen(a.host, 0)
-    lib = peer_lib()
-    lfd = lib.pp_listen(a.host.encode(), 0)
-    if lfd < 0:
-        raise SystemExit(f"socket peer: cannot listen on {a.host}")
-    threading.Thread(target=lib.pp_serve, args=(lfd, seg.address, a.max_size),
-                     daemon=True).start()
-    emit({"port": port, "key": key, "socket_port": lib.pp_port(lfd)})
-    sys.stdin.read()          # until the orchestrator closes our stdin
-    emit({"stats": ctx.tcp_stats()})
-    ctx.close()
-
-
-def part_client(a):
-    """Ours against the socket peer: latency, then bandwidth per size (interleaved)."""
-    from collectives import _native
-    ctx = _native.Context(1, 2)
-    ctx.set_secret(bytes.fromhex(a.secret))
-    ctx.set_timeout(120)
-    ctx.connect_tcp(0, a.host, a.port)
-    ctx.tcp_open(0)
-    lib = peer_lib()
-    fd = lib.pp_connect(a.host.encode(), a.socket_port)
-    if fd < 0:
-        raise SystemExit(f"socket peer: cannot connect to {a.host}:{a.socket_port}")
-    sizes = [int(s) for s in a.sizes.split(",")]
-    dst = common.touch(np.empty(max(sizes), np.uint8), 0)
-    src = common.touch(np.empty(max(sizes), np.uint8), 7)
-    ref = pattern(max(sizes))
-    key, dptr, sptr = a.key, dst.ctypes.data, src.ctypes.data
-    for n in sizes:     # both read the right bytes (before any put changes them)
-        dst[:n] = 0
-        ctx.get(0, key, 0, dst[:n])
-        ok1 = np.array_equal(dst[:n], ref[:n])
-        dst[:n] = 0
-        lib.pp_get(fd, dptr, n)
-        if not (ok1 and np.array_equal(dst[:n], ref[:n])):
-            raise SystemExit(f"wrong bytes read at {n} B (ours ok: {ok1})")
-    d8 = dst[:8]
-    say("latency")
-    lat = common.latencies({"ours get": lambda: ctx.get(0, key, 0, d8),
-                            "socket get": lambda: lib.pp_get(fd, dptr, 8)}, a.iters,
-                           warmup=min(1000, a.iters))
-    bw = {}
-    for n in sizes:
-        say("bandwidth", human_size(n))
-        dn, sn = dst[:n], src[:n]
-        bw[n] = common.bandwidths({
-            "ours get": lambda: ctx.get(0, key, 0, dn),
-            "socket get": lambda: lib.pp_get(fd, dptr, n),
-            "ours put": lambda: ctx.put(0, key, 0, sn),
-            "socket put": lambda: lib.pp_put(fd, sptr, n)},
-            n, target_s=a.target_ms / 1e3, repeats=a.repeats)
-        for op in ("get", "put"):
-            bw[n][f"ratio {op}"] = common.paired_ratio(bw[n][f"ours {op}"],
-                                                       bw[n][f"socket {op}"])
-    ctx.close()
-    emit({"latency_ns": lat, "bandwidth": {str(n): v for n, v in bw.items()}})
-
-
-def part_mpi_rma(a):
-    """Under mpiexec -n 2: rank 0 gets/puts rank 1's window (passive target)."""
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    sizes = [int(s) for s in a.sizes.split(",")]
-    big = max(sizes)
-    win = MPI.Win.Allocate(big if comm.rank == 1 else 0, 1, comm=comm)
-    if comm.rank == 1:
-        np.frombuffer(win.tomemory(), np.uint8)[:] = pattern(big)
-    comm.Barrier()
-    if comm.rank == 0:
-        buf = common.touch(np.empty(big, np.uint8), 0)
-
-        def get(n):
-            win.Get([buf, n, MPI.BYTE], 1, [0, n, MPI.BYTE])
-            win.Flush(1)
-
-        def put(n):
-            win.Put([buf, n, MPI.BYTE], 1, [0, n, MPI.BYTE])
-            win.Flush(1)
-
-        win.Lock(1, MPI.LOCK_SHARED)
-        get(big)
-        if not np.array_equal(buf, pattern(big)):
-            raise SystemExit("MPI Get read wrong bytes")
-        lat = common.latency(lambda: get(8), a.iters, warmup=min(1000, a.iters))
-        bw = {}
-        for n in sizes:
-            say("mpi bandwidth", human_size(n))
-            bw[str(n)] = common.bandwidths({"get": lambda: get(n), "put": lambda: put(n)}, n,
-                                           target_s=a.target_ms / 1e3, repeats=a.repeats)
-        win.Unlock(1)
-        emit({"latency_ns": lat, "bandwidth": bw,
-              "library": MPI.Get_library_version().splitlines()[0].strip()})
-    comm.Barrier()      # rank 1 waits here, inside MPI, the whole time
-    win.Free()
-
-
-def part_allreduce(a):
-    """Under an MPMD mpiexec across namespaces: collectives.allreduce and Comm.Allreduce,
-    interleaved, each batch after a barrier; a call's time is the slowest rank's."""
-    from mpi4py import MPI
-    import collectives
-    comm = MPI.COMM_WORLD
-    world = collectives.init()
-    sizes = [int(s) for s in a.sizes.split(",")]
-    x = np.ones(max(sizes) // 4, np.float32)
-    y = np.empty_like(x)
-    res = {}
-    for nbytes in sizes:
-        n = nbytes // 4
-        xs, ys = x[:n], y[:n]
-        ops = {"ours": lambda: collectives.allreduce(xs, out=ys),
-               "mpi": lambda: comm.Allreduce(xs, ys)}
-        for name, op in ops.items():
-            ys[:] = 0
-            op()
-            if not (ys == world.size).all():
-                raise SystemExit(f"{name} allreduce of {nbytes} B gave wrong values")
-        calls = {}
-        for name, op in ops.items():     # calls per batch: about target_ms, slowest rank
-            comm.Barrier()
-            t0 = time.perf_counter()
-            op()
-            one = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            calls[name] = max(1, min(10000, int(a.target_ms / 1e3 / max(one, 1e-7))))
-        per = {name: [] for name in ops}
-        for r in range(a.repeats):
-            for name, op in (list(ops.items())[r % 2:] + list(ops.items())[:r % 2]):
-                comm.Barrier()
-                t0 = time.perf_counter()
-                for _ in range(calls[name]):
-                    op()
-                el = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-                per[name].append(el / calls[name])
-        res[str(nbytes)] = {name: {"seconds": float(np.median(v)), "repeats": v,
-                                   "calls": calls[name],
-                                   "algbw_gbps": nbytes / float(np.median(v)) / 1e9}
-                            for name, v in per.items()}
-        say("allreduce", human_size(nbytes), res[str(nbytes)]["ours"]["seconds"])
-    if comm.rank == 0:
-        emit({"allreduce": res, "transports": world.transports})
-    world.barrier()
-
-
 # ---- the orchestrator ---------------------------------------------------------------------
 
 def parse(argv=None):
@@ -270,11 +79,6 @@ def parse(argv=None):
     p.add_argument("--repeats", type=int, default=None, help="repeats per size (default 7)")
     p.add_argument("--no-allreduce", action="store_true", help="skip allreduce across netns")
     p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
-    p.add_argument("--part", default=None, help=argparse.SUPPRESS)
-    for k in ("secret", "host", "sizes"):
-        p.add_argument("--" + k, default=None, help=argparse.SUPPRESS)
-    for k in ("port", "socket_port", "key"):
-        p.add_argument("--" + k.replace("_", "-"), type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     q = a.quick
     a.max_size = a.max_size or (16 * MiB if q else 256 * MiB)
@@ -285,10 +89,12 @@ def parse(argv=None):
     return a
 
 
-def part_args(a, sizes):
-    out = ["--sizes", ",".join(map(str, sizes)), "--iters", str(a.iters),
-           "--target-ms", str(a.target_ms), "--repeats", str(a.repeats),
-           "--max-size", str(max(sizes))]
+def part_args(a, sizes, secret, host):
+    """The arguments of a bench/tcp_parts.py part."""
+    out = ["--secret", secret, "--host", host, "--sizes", ",".join(map(str, sizes)),
+           "--iters", str(a.iters), "--target-ms", str(a.target_ms), "--repeats",
+           str(a.repeats), "--max-size", str(max(sizes)), "--mpi-max-size",
+           str(a.mpi_max_size)]
     return out + (["-v"] if a.verbose else [])
 
 
@@ -327,23 +133,37 @@ def run_part(cmd, env=None, timeout=LONG):
 
 
 a_verbose = False
-ME = [sys.executable, os.path.abspath(__file__)]
+PARTS = [sys.executable, os.path.join(HERE, "tcp_parts.py")]
 
 
 def ns_prefix(k):
     return ["ip", "netns", "exec", NS[k]]
 
 
-def run_link(a, link, sizes, mpi_sizes):
-    """Ours and the socket peer (client in one process, server in another), then MPI RMA."""
-    secret = os.urandom(32).hex()
+def run_link(a, link, sizes):
+    """One MPI job per netmod, each measuring ours, the socket peer and MPI RMA together
+    (tcp_parts.py); when none runs, ours and the socket peer in two plain processes."""
     far, near = (ns_prefix(1), ns_prefix(0)) if link == "netns" else ([], [])
     host = NS_ADDR[1] if link == "netns" else "127.0.0.1"
-    out = {"link": link, "host": host}
-    srv = subprocess.Popen(far + ME + ["--part", "server", "--secret", secret, "--host", host,
-                                       "--max-size", str(max(sizes))],
-                           env=env_for(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True)
+    out = {"link": link, "host": host, "jobs": {}}
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    for nm in [m for m in a.netmods.split(",") if m in NETMODS]:
+        say(f"{link}: ours, socket and mpi {nm}, one job")
+        me = PARTS + ["--part", "mpi"] + part_args(a, sizes, os.urandom(32).hex(), host)
+        cmd = [mpiexec, "-n", "2"] + me if link == "loopback" else \
+            [mpiexec, "-n", "1"] + near + me + [":", "-n", "1"] + far + me
+        out["jobs"][nm] = run_part(cmd, {"MPIR_CVAR_NOLOCAL": "1", **NETMODS[nm]})
+    if not any(_ok(r) for r in out["jobs"].values()):
+        say(f"{link}: ours and socket, two processes")
+        out["pair"] = run_pair(a, sizes, far, near, host)
+    return out
+
+
+def run_pair(a, sizes, far, near, host):
+    """Ours against the socket peer without MPI: the target and the client as two processes."""
+    args = part_args(a, sizes, os.urandom(32).hex(), host)
+    srv = subprocess.Popen(far + PARTS + ["--part", "target"] + args, env=env_for(),
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
     try:
         line = ""
         deadline = time.monotonic() + 60
@@ -353,33 +173,24 @@ def run_link(a, link, sizes, mpi_sizes):
                 break
         info = result_of(line)
         if info is None:
-            raise SystemExit(f"{link}: the server part did not start (exit {srv.poll()})")
-        say(f"{link}: ours and socket")
-        out["ours_socket"] = run_part(near + ME + [
-            "--part", "client", "--secret", secret, "--host", host, "--port", str(info["port"]),
-            "--socket-port", str(info["socket_port"]), "--key", str(info["key"])]
-            + part_args(a, sizes))
-        srv.stdin.close()
-        out["server_stats"] = result_of(srv.stdout.read()) or {}
+            return {"error": f"the target part did not start (exit {srv.poll()})"}
+        res = run_part(near + PARTS + ["--part", "client", "--port", str(info["port"]),
+                                       "--socket-port", str(info["socket_port"]),
+                                       "--control-port", str(info["control_port"]),
+                                       "--key", str(info["key"])] + args)
+        if _ok(res):
+            res["server_stats"] = (result_of(srv.stdout.read()) or {}).get("stats", {})
         srv.wait(30)
+        return res
     finally:
         if srv.poll() is None:
             srv.kill()
             srv.wait(10)
-    out["mpi"] = {}
-    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    for nm in [m for m in a.netmods.split(",") if m in NETMODS]:
-        say(f"{link}: mpi {nm}")
-        me = ME + ["--part", "mpi-rma"] + part_args(a, mpi_sizes)
-        cmd = [mpiexec, "-n", "2"] + me if link == "loopback" else \
-            [mpiexec, "-n", "1"] + ns_prefix(0) + me + [":", "-n", "1"] + ns_prefix(1) + me
-        out["mpi"][nm] = run_part(cmd, {"MPIR_CVAR_NOLOCAL": "1", **NETMODS[nm]})
-    return out
 
 
 def run_allreduce(a, sizes):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    me = ME + ["--part", "allreduce"] + part_args(a, sizes)
+    me = PARTS + ["--part", "allreduce"] + part_args(a, sizes, "00", NS_ADDR[0])
     res = {}
     for nm in [m for m in a.netmods.split(",") if m in NETMODS]:
         say(f"allreduce with mpi {nm}")
@@ -418,54 +229,78 @@ def _ok(r):
     return isinstance(r, dict) and "error" not in r
 
 
+def _base(L):
+    """(name, result) of the run whose ours and socket figures a link's tables show: the
+    first MPI job that ran, else the two plain processes."""
+    for nm, r in L["jobs"].items():
+        if _ok(r):
+            return f"mpi-{nm} job", r
+    r = L.get("pair")
+    return ("plain processes", r) if _ok(r) else (None, r)
+
+
 def report(links, allreduce, sizes, notes):
-    """The tables, and a summary dict of the headline ratios."""
+    """The tables, and a summary dict of the headline ratios. Every ratio is the median of
+    per-repeat ratios between contenders measured in the same job."""
     out, summary = [], {}
     for L in links:
-        link, os_ = L["link"], L["ours_socket"]
-        if not _ok(os_):
-            out.append(f"[{link}] ours/socket did not run: {os_.get('error')}")
-            continue
-        mpi = {nm: r for nm, r in L["mpi"].items() if _ok(r)}
-        for nm, r in L["mpi"].items():
+        link = L["link"]
+        for nm, r in L["jobs"].items():
             if not _ok(r):
-                out.append(f"[{link}] MPI {nm} did not run: {r.get('error')}")
-        bw = os_["bandwidth"]
+                out.append(f"[{link}] the job with MPI {nm} did not run: {r.get('error')}")
+        base_name, base = _base(L)
+        if base is None:
+            out.append(f"[{link}] ours/socket did not run: {(L.get('pair') or {}).get('error')}")
+            continue
+        jobs = {nm: r for nm, r in L["jobs"].items() if _ok(r)}
         for op in ("get", "put"):
-            head = ["size", f"ours {op}", f"socket {op}", "ours/socket"] + \
-                [f"mpi-{nm} {op}" for nm in mpi] + (["ours/best MPI"] if mpi else [])
-            rows, r_sock, r_mpi = [], [], []
+            head = ["size", f"ours {op}", f"socket {op}", "ours/socket"]
+            for nm in jobs:
+                head += [f"mpi-{nm} {op}", f"ours/mpi-{nm}"]
+            rows, r_sock, r_mpi, r_best = [], [], {nm: [] for nm in jobs}, []
             for s in sizes:
-                b = bw[str(s)]
+                b = base["bandwidth"][str(s)]
                 row = [human_size(s), _gbps(b[f"ours {op}"]), _gbps(b[f"socket {op}"]),
-                       b[f"ratio {op}"]]
-                best = max([_gbps(m["bandwidth"].get(str(s), {}).get(op)) for m in
-                            mpi.values()] or [float("nan")])
-                row += [_gbps(m["bandwidth"].get(str(s), {}).get(op)) for m in mpi.values()]
-                if mpi:
-                    row.append(_gbps(b[f"ours {op}"]) / best if best == best else float("nan"))
-                    if best == best:
-                        r_mpi.append((s, row[-1]))
+                       b[f"ours/socket {op}"]]
+                best = None
+                for nm, r in jobs.items():
+                    m = r["bandwidth"][str(s)]
+                    if f"mpi {op}" in m:
+                        row += [_gbps(m[f"mpi {op}"]), m[f"ours/mpi {op}"]]
+                        r_mpi[nm].append((s, m[f"ours/mpi {op}"]))
+                        if best is None or _gbps(m[f"mpi {op}"]) > best[0]:
+                            best = (_gbps(m[f"mpi {op}"]), m[f"ours/mpi {op}"])
+                    else:
+                        row += [float("nan"), float("nan")]
+                if best is not None:
+                    r_best.append((s, best[1]))
                 if s >= MiB:
-                    r_sock.append(b[f"ratio {op}"])
+                    r_sock.append(b[f"ours/socket {op}"])
                 rows.append(row)
-            out.append(f"\n[{link}] {op} bandwidth, GB/s (ratio: > 1 is ours faster)")
+            out.append(f"\n[{link}] {op} bandwidth, GB/s; ratios > 1: ours faster (each from "
+                       f"paired repeats in one job; ours and socket shown from the {base_name})")
             out.append(common.format_table(head, rows))
             summary[f"{link} {op}: ours/socket, geomean >= 1 MiB"] = common.geomean(r_sock)
-            if r_mpi:
+            for nm, rs in r_mpi.items():
+                if rs:
+                    summary[f"{link} {op}: ours/mpi-{nm} (same job), geomean"] = \
+                        common.geomean(r for _, r in rs)
+            if r_best:
                 summary[f"{link} {op}: ours/best MPI RMA, geomean"] = common.geomean(
-                    r for _, r in r_mpi)
+                    r for _, r in r_best)
                 summary[f"{link} {op}: ours/best MPI RMA, geomean >= 1 MiB"] = common.geomean(
-                    r for s, r in r_mpi if s >= MiB)
-        lat = [["ours get", os_["latency_ns"]["ours get"]],
-               ["socket get", os_["latency_ns"]["socket get"]]] + \
-            [[f"mpi-{nm} Get+Flush", r["latency_ns"]] for nm, r in mpi.items()]
+                    r for s, r in r_best if s >= MiB)
+        lat = [[f"{w} ({base_name})", base["latency_ns"][f"{w} get"]] for w in ("ours", "socket")]
+        for nm, r in jobs.items():
+            if r is not base:
+                lat.append([f"ours (mpi-{nm} job)", r["latency_ns"]["ours get"]])
+            lat.append([f"mpi-{nm} Get+Flush", r["latency_ns"]["mpi get"]])
         out.append(f"\n[{link}] 8-byte get latency, microseconds")
         out.append(common.format_table(["who", "P50", "P99", "mean (loop)"], [
             [w, x["p50"] / 1e3, x["p99"] / 1e3, x["loop_mean"] / 1e3] for w, x in lat]))
         summary[f"{link} 8 B get P50 us: ours, socket"] = [
-            round(os_["latency_ns"]["ours get"]["p50"] / 1e3, 2),
-            round(os_["latency_ns"]["socket get"]["p50"] / 1e3, 2)]
+            round(base["latency_ns"]["ours get"]["p50"] / 1e3, 2),
+            round(base["latency_ns"]["socket get"]["p50"] / 1e3, 2)]
     if allreduce:
         ok = {nm: r for nm, r in allreduce.items() if _ok(r)}
         for nm, r in allreduce.items():
@@ -473,20 +308,23 @@ def report(links, allreduce, sizes, notes):
                 out.append(f"[netns] allreduce with MPI {nm} did not run: {r.get('error')}")
         if ok:
             first = next(iter(ok.values()))["allreduce"]
-            head = ["size", "ours ms"] + [f"mpi-{nm} ms" for nm in ok] + \
-                [f"ours/mpi-{nm} (time)" for nm in ok]
+            head = ["size"]
+            for nm in ok:
+                head += [f"ours ms ({nm} job)", f"mpi-{nm} ms", f"ours/mpi-{nm}"]
             rows = []
             for s in sorted(first, key=int):
-                ours = min(r["allreduce"][s]["ours"]["seconds"] for r in ok.values())
-                m = [r["allreduce"][s]["mpi"]["seconds"] for r in ok.values()]
-                rows.append([human_size(int(s)), ours * 1e3] + [x * 1e3 for x in m] +
-                            [ours / x for x in m])
+                row = [human_size(int(s))]
+                for r in ok.values():
+                    x = r["allreduce"][s]
+                    row += [x["ours"]["seconds"] * 1e3, x["mpi"]["seconds"] * 1e3,
+                            x["ours/mpi time"]]
+                rows.append(row)
             out.append("\n[netns] float32 sum allreduce, 2 ranks (ptns0, ptns1), ms per call "
-                       "(time ratio: < 1 is ours faster)")
+                       "(time ratio from paired repeats in one job: < 1 is ours faster)")
             out.append(common.format_table(head, rows))
             for j, nm in enumerate(ok):
                 summary[f"netns allreduce: ours/mpi-{nm} time, geomean"] = common.geomean(
-                    row[2 + len(ok) + j] for row in rows)
+                    row[3 + 3 * j] for row in rows)
     out.append("")
     out += notes
     out.append("\nsummary (aims: ours/socket >= 0.8, ours/MPI RMA >= 1.5):")
@@ -503,30 +341,30 @@ def plot(path, links, allreduce, sizes, title):
     panels, lat = [], {}
     tag = {"loopback": "lo", "netns": "ns"}
     for L in links:
-        if not _ok(L["ours_socket"]):
+        _, base = _base(L)
+        if base is None:
             continue
-        bw = L["ours_socket"]["bandwidth"]
+        bw = base["bandwidth"]
+        jobs = {nm: r for nm, r in L["jobs"].items() if _ok(r)}
         for op in ("get", "put"):
             lines = {"ours": (sizes, [_gbps(bw[str(s)][f"ours {op}"]) for s in sizes]),
                      "socket (C)": (sizes, [_gbps(bw[str(s)][f"socket {op}"]) for s in sizes])}
-            for nm, r in L["mpi"].items():
-                if _ok(r):
-                    ss = [s for s in sizes if str(s) in r["bandwidth"]]
-                    lines[f"MPI RMA {nm}"] = (ss, [_gbps(r["bandwidth"][str(s)][op])
-                                                   for s in ss])
+            for nm, r in jobs.items():
+                ss = [s for s in sizes if f"mpi {op}" in r["bandwidth"][str(s)]]
+                lines[f"MPI RMA {nm}"] = (ss, [_gbps(r["bandwidth"][str(s)][f"mpi {op}"])
+                                               for s in ss])
             panels.append((f"{L['link']}: {op} bandwidth", "GB/s", lines))
         t = tag[L["link"]]
-        lat[f"ours {t}"] = L["ours_socket"]["latency_ns"]["ours get"]
-        lat[f"socket {t}"] = L["ours_socket"]["latency_ns"]["socket get"]
-        for nm, r in L["mpi"].items():
-            if _ok(r):
-                lat[f"{nm} {t}"] = r["latency_ns"]
+        lat[f"ours {t}"] = base["latency_ns"]["ours get"]
+        lat[f"socket {t}"] = base["latency_ns"]["socket get"]
+        for nm, r in jobs.items():
+            lat[f"{nm} {t}"] = r["latency_ns"]["mpi get"]
     if allreduce and any(_ok(r) for r in allreduce.values()):
         lines = {}
         for nm, r in allreduce.items():
             if _ok(r):
                 ss = sorted(r["allreduce"], key=int)
-                lines[f"ours (run with {nm})"] = ([int(s) for s in ss], [
+                lines[f"ours (mpi-{nm} job)"] = ([int(s) for s in ss], [
                     r["allreduce"][s]["ours"]["algbw_gbps"] for s in ss])
                 lines[f"MPI {nm} Allreduce"] = ([int(s) for s in ss], [
                     r["allreduce"][s]["mpi"]["algbw_gbps"] for s in ss])
@@ -564,13 +402,9 @@ def main(argv=None):
     global a_verbose
     a = parse(argv)
     common.VERBOSE = a_verbose = a.verbose
-    if a.part:
-        return {"server": part_server, "client": part_client, "mpi-rma": part_mpi_rma,
-                "allreduce": part_allreduce}[a.part](a)
     t0 = time.monotonic()
     load0 = os.getloadavg()
     sizes = common.sizes(4 * KiB, a.max_size, 4)
-    mpi_sizes = [s for s in sizes if s <= a.mpi_max_size]
     ar_sizes = [s for s in common.sizes(4 * KiB, min(a.max_size, 64 * MiB), 16)]
     notes, links = [], []
     want = [x for x in a.links.split(",") if x]
@@ -583,7 +417,7 @@ def main(argv=None):
             want.remove("netns")
     for link in want:
         print(f"measuring {link} ...", flush=True)
-        links.append(run_link(a, link, sizes, mpi_sizes))
+        links.append(run_link(a, link, sizes))
     allreduce = None
     if netns_ok and not a.no_allreduce and a.netmods != "none":
         print("measuring allreduce across namespaces ...", flush=True)
@@ -596,9 +430,7 @@ def main(argv=None):
     name = "tcp-quick" if a.quick else "tcp"
     info = common.machine_info(loadavg_start=load0, loadavg_end=load1, env={
         k: v for k, v in os.environ.items() if k.startswith(("POOLTENSOR_", "UCX_", "FI_"))})
-    config = {k: v for k, v in vars(a).items() if k not in ("out", "verbose", "part", "secret",
-                                                            "host", "sizes", "port", "key",
-                                                            "socket_port")}
+    config = {k: v for k, v in vars(a).items() if k not in ("out", "verbose")}
     base = os.path.join(a.out, name)
     common.write_json(base + ".json", {"benchmark": "tcp", "config": config, "machine": info,
                                        "sizes": sizes, "links": links,

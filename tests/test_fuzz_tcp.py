@@ -37,7 +37,11 @@ pytestmark = [pytest.mark.skipif(not _native_tcp(), reason="the native tcp trans
 def fuzzer(request):
     fz = Fuzzer(SEED, stalls=getattr(request, "param", False))
     yield fz
-    fz.close()
+    pid = fz.target.pid
+    rc = fz.close()
+    # the server was asked to quit: it must have been alive to hear it, and exit 0 (a crash
+    # during the test, a hang on quit, or an error on the way out all show here)
+    assert rc == 0, f"the fuzz server {pid} exited {rc}:\n{fz.target.stderr()}"
 
 
 @pytest.mark.parametrize("fuzzer", [True], indirect=True, ids=["with-stalls"])
@@ -192,10 +196,15 @@ def _buffer_max(which):
 
 def test_dropped_connection_is_closed_at_once(fuzzer):
     """A peer dropped for a bad frame while it is still sending must see the connection end
-    (reset, or all its bytes taken) within seconds, even when nobody else connects."""
+    (reset, or all its bytes taken) within seconds, even when nobody else connects; and it
+    is the server that ended it: still running, the bad frame and the connection counted
+    (a server that crashed on the frame resets the connection too)."""
+    pid = fuzzer.target.pid
     s = socket.create_connection((fuzzer.host, fuzzer.port), timeout=5)
+    fuzzer.count(accepted=1)
     try:
-        s.recv(w.HDR_LEN + w.NONCE)                              # HELLO
+        hello = s.recv(w.HDR_LEN + w.NONCE)                      # HELLO
+        assert len(hello) > 0, "the server closed before its HELLO"
         bad = w.Frame(w.PUT, key=1, len=w.MAX_PAYLOAD).header()  # a request before AUTH
         try:      # more than both socket buffers can hold, so that it cannot just all go
             s.sendall(bad + bytes(2 * (_buffer_max("rmem") + _buffer_max("wmem")) + (16 << 20)))
@@ -205,4 +214,9 @@ def test_dropped_connection_is_closed_at_once(fuzzer):
             pytest.fail("still blocked in send 5 s after the server dropped the connection")
     finally:
         s.close()
-        fuzzer.count(accepted=1, bad_frames=1)
+    fuzzer.count(bad_frames=1)
+    fuzzer.target.check_alive()
+    assert fuzzer.target.pid == pid
+    stats = fuzzer.checkpoint()          # counters as sent: accepted, bad frames, auth
+    assert stats["bad_frames"] == fuzzer.exp["bad_frames"] == 1, stats
+    assert stats["accepted"] == fuzzer.exp["accepted"], stats

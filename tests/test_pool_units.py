@@ -12,7 +12,24 @@ from pooltensor.pool.alloc import SlabAllocator
 pytestmark = pytest.mark.timeout(120)
 
 
-@settings(max_examples=200, deadline=None)
+def _model_alloc(free, k):
+    """What the allocator must hand out for k slabs from free runs `free`: the shortest run
+    that is long enough (the first of equals), else the largest runs first, sorted."""
+    fits = [(ln, i) for i, (_, ln) in enumerate(free) if ln >= k]
+    if fits:
+        return [(free[min(fits)[1]][0], k)]
+    free, runs, left = list(free), [], k
+    while left:
+        i = max(range(len(free)), key=lambda j: free[j][1])
+        start, ln = free[i]
+        take = min(left, ln)
+        runs.append((start, take))
+        free[i] = (start + take, ln - take)
+        left -= take
+    return sorted(runs)
+
+
+@settings(max_examples=400, deadline=None)
 @given(n=st.integers(1, 64), ops=st.lists(st.tuples(st.booleans(), st.integers(1, 20)),
                                           max_size=60))
 def test_allocator_against_a_model(n, ops):
@@ -21,14 +38,14 @@ def test_allocator_against_a_model(n, ops):
     used = set()
     for do_alloc, k in ops:
         if do_alloc:
+            free = a.free_runs()
             runs = a.alloc(k)
             if k > n - len(used):
                 assert runs is None
                 continue
             slabs = {s for st_, ln in runs for s in range(st_, st_ + ln)}
             assert len(slabs) == k and not slabs & used and all(0 <= s < n for s in slabs)
-            if max(ln for _, ln in a.free_runs() + [(0, 0)]) >= k or runs and len(runs) == 1:
-                pass
+            assert runs == _model_alloc(free, k), (free, k, runs)
             used |= slabs
             owned.append(runs)
         elif owned:
@@ -59,6 +76,13 @@ def test_allocator_best_fit_double_free_and_hwm():
         a.free(r1)
     assert a.alloc(7) == [(0, 2), (5, 5)]  # no run long enough: largest runs first
     assert a.alloc(1) == [(2, 1)] and a.alloc(1) is None
+    b = SlabAllocator(20)                  # holes of 5 and 2 ahead of the tail
+    parts = [b.alloc(k) for k in (5, 1, 2, 1)]
+    b.free(parts[0])
+    b.free(parts[2])
+    assert b.free_runs() == [(0, 5), (6, 2), (9, 11)]
+    assert b.alloc(2) == [(6, 2)]          # best fit: the shortest run enough, not the first
+    assert b.alloc(4) == [(0, 4)]
 
 
 def test_placement_policies():

@@ -3,6 +3,7 @@ handling, the authenticated control channel and its accounting, hostile control 
 plain scripts whose pools live on two servers (data over the native tcp transport).
 tests/test_netns.py runs the same client scenarios across network namespaces."""
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -13,8 +14,8 @@ import time
 import msgpack
 import pytest
 
-from servers import (ServerProc, env, make_secret, scenario_basic, scenario_killed_client,
-                     scenario_server_gone)
+from servers import (_SERVING, Lines, ServerProc, env, make_secret, scenario_basic,
+                     scenario_killed_client, scenario_server_gone)
 
 from collectives import control as ctl
 from collectives import remote
@@ -134,22 +135,67 @@ def test_signal_stops_cleanly(secret, sig):
     c.close()
 
 
-def test_binds_loopback_by_default(secret):
-    s = ServerProc("16MiB", secret).ready()
-    try:
-        assert "on 127.0.0.1:" in s.log.text()
-        # the default --listen is 127.0.0.1:7000 (started here without --listen)
-        p = subprocess.Popen([sys.executable, "-m", "pooltensor", "serve", "--memory", "1MiB",
-                              "--secret-file", secret], env=env(), stderr=subprocess.PIPE,
-                             text=True)
+def _listening(pid):
+    """The (address, port) pairs process `pid` listens on over tcp, from the tables of its
+    own network namespace (/proc/PID/net/tcp and tcp6)."""
+    out = set()
+    for name in ("tcp", "tcp6"):
         try:
-            line = p.stderr.readline()
-            assert ("on 127.0.0.1:7000 " in line) or ("Address already in use" in line), line
-        finally:
-            p.terminate()
-            p.wait(10)
+            with open(f"/proc/{pid}/net/{name}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            if state != "0A":                                   # TCP_LISTEN
+                continue
+            addr, port = local.split(":")
+            raw = bytes.fromhex(addr)
+            # the kernel prints each 32-bit word of the address in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            out.add((socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6,
+                                      raw), int(port, 16)))
+    return out
+
+
+def _port_free(port):
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", port))
+        return True
+    except OSError:
+        return False
     finally:
-        s.stop()
+        s.close()
+
+
+def test_binds_loopback_by_default(secret):
+    """Without --listen the server binds 127.0.0.1:7000 (this machine only), and its data port
+    is on loopback too. Run in a private network namespace (unshare -n, as root) so that port
+    7000 is free whatever else runs here; without one, only when 7000 is free here."""
+    cmd = [sys.executable, "-m", "pooltensor", "serve", "--memory", "1MiB", "--secret-file",
+           secret]
+    private = os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip")
+    if private:
+        cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *cmd]
+    elif not _port_free(7000):
+        pytest.skip("port 7000 is taken on this machine and no private network namespace can "
+                    "be made (unshare -n needs root)")
+    p = subprocess.Popen(cmd, env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        log = Lines(p.stderr)
+        m = _SERVING.search(log.wait(r"serving .* on", 30).string)
+        assert m, log.all
+        assert (m.group(1), m.group(2)) == ("127.0.0.1", "7000"), log.all
+        bound = _listening(p.pid)            # sh exec'ed the server: p.pid is the server's
+        data = int(m.group(3))
+        assert {("127.0.0.1", 7000), ("127.0.0.1", data)} <= bound, bound
+        assert all(addr == "127.0.0.1" for addr, _ in bound), \
+            f"the server listens beyond loopback: {sorted(bound)}"
+    finally:
+        p.terminate()
+        p.wait(10)
 
 
 def test_wrong_secret_refused_server_stays_up(tmp_path, server, secret):

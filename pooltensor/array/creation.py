@@ -8,13 +8,16 @@ Who writes what: in a plain script, the script writes every slab (its own direct
 members' with Window.put; readonly slabs through the init window only the script has). In
 SPMD, creation is collective: every rank allocates the same slabs, writes the ones it homes
 straight into its own memory, and a barrier ends the call so every rank sees the contents.
+Before allocating, the ranks agree on the call (pool.allocate: the function and its scalar
+arguments, shape, dtype, placement, access; CollectiveMismatch on every rank otherwise).
+The values of from_numpy/asarray are not compared (every rank passes the same data).
 Slabs that were never used before are still zero (memfd pages), so zeros() skips them.
 """
 import operator
 
 import numpy as np
 
-from ..cache import transfer
+from ..cache import layout, transfer
 from .array import _check_dtype, ndarray
 from ..pool.runtime import current
 
@@ -29,9 +32,26 @@ def _shape(shape):
     return shape
 
 
-def _new(shape, dtype, placement=None, access="readwrite"):
-    """An uninitialized array and, per slab, whether it is fresh (still all zeros)."""
-    return ndarray._allocate(current(), _shape(shape), _check_dtype(dtype), access, placement)
+def _new(shape, dtype, placement=None, access="readwrite", what="empty"):
+    """An uninitialized array and, per slab, whether it is fresh (still all zeros).
+
+    what: the creating call as the ranks compare it in SPMD (the function, with any scalar
+    argument that decides the values)."""
+    shape, dtype = _shape(shape), _check_dtype(dtype)
+    n = 1
+    for d in shape:
+        n *= d
+    alloc, fresh = current().allocate(n * dtype.itemsize, access, placement,
+                                      what=(what, shape, dtype))
+    return ndarray(alloc, 0, shape, layout.c_strides(shape, dtype.itemsize), dtype), fresh
+
+
+def _value(v):
+    """A scalar argument as text for the ranks' comparison (numpy and Python alike)."""
+    try:
+        return repr(np.asarray(v).tolist())
+    except (TypeError, ValueError):
+        return repr(v)
 
 
 def _mine(pool, alloc, k):
@@ -70,7 +90,7 @@ def empty(shape, dtype=float, *, placement=None, access="readwrite"):
 
 def zeros(shape, dtype=float, *, placement=None, access="readwrite"):
     """A new array of zeros (slabs never used before are already zero and not written)."""
-    x, fresh = _new(shape, dtype, placement, access)
+    x, fresh = _new(shape, dtype, placement, access, "zeros")
     z = np.zeros(x._a.pool.slab_size // x.itemsize, x.dtype)
     return _fill(x, fresh, lambda e0, e1: z[:e1 - e0], skip_fresh=True)
 
@@ -84,7 +104,7 @@ def full(shape, fill_value, dtype=None, *, placement=None, access="readwrite"):
     """A new array with every element `fill_value` (dtype inferred as numpy's full does)."""
     if dtype is None:
         dtype = np.array(fill_value).dtype
-    x, fresh = _new(shape, dtype, placement, access)
+    x, fresh = _new(shape, dtype, placement, access, f"full {_value(fill_value)}")
     v = np.full(x._a.pool.slab_size // x.itemsize, fill_value, x.dtype)
     return _fill(x, fresh, lambda e0, e1: v[:e1 - e0])
 
@@ -105,7 +125,8 @@ def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="read
     n = int(max(0, np.ceil((stop - start) / step)))
     b0 = probe[0]
     delta = probe[1] - probe[0] if len(probe) > 1 else probe[0] * 0
-    x, fresh = _new((n,), dtype, placement, access)
+    x, fresh = _new((n,), dtype, placement, access,
+                    f"arange {_value(start)} {_value(stop)} {_value(step)}")
     if dtype.kind in "iub":
         b0, delta = int(b0), int(delta)
 
@@ -129,7 +150,8 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, *, placement=None,
     div = (num - 1) if endpoint else num
     dt = np.result_type(start, stop, float(num))
     dtype = dt if dtype is None else np.dtype(dtype)
-    x, fresh = _new((num,), dtype, placement, access)
+    x, fresh = _new((num,), dtype, placement, access,
+                    f"linspace {_value(start)} {_value(stop)} {endpoint}")
     s0, delta = np.asarray(start, dt), np.asarray(stop, dt) - np.asarray(start, dt)
     step = delta / div if div > 0 else np.nan
     any_step_zero = step == 0 if np.isscalar(step) or np.ndim(step) == 0 else False
@@ -153,7 +175,7 @@ def from_numpy(arr, *, placement=None, access="readwrite"):
     """A pool copy of numpy array `arr` (in SPMD, every rank passes the same data and
     writes the slabs it homes)."""
     arr = np.asarray(arr)
-    x, fresh = _new(arr.shape, arr.dtype, placement, access)
+    x, fresh = _new(arr.shape, arr.dtype, placement, access, "from_numpy")
     flat = np.ascontiguousarray(arr).reshape(-1)
     return _fill(x, fresh, lambda e0, e1: flat[e0:e1])
 

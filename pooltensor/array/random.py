@@ -25,8 +25,9 @@ def _seed(seed, access):
     return s
 
 
-def _generate(shape, dtype, seed, draw, placement, access):
-    x, fresh = _new(shape, dtype, placement, access)
+def _generate(shape, dtype, seed, draw, placement, access, what):
+    x, fresh = _new(shape, dtype, placement, access,
+                    what if seed is None else f"{what} seed {int(seed)}")
     seed = _seed(seed, access)
     memo = {}
 
@@ -52,7 +53,7 @@ def random(shape, *, seed=None, dtype=np.float64, placement=None, access="readwr
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"random() makes float32 or float64, not {dtype}")
     return _generate(shape, dtype, seed, lambda g, n: g.random(n, dtype=dtype), placement,
-                     access)
+                     access, "random")
 
 
 def standard_normal(shape, *, seed=None, dtype=np.float64, placement=None, access="readwrite"):
@@ -61,7 +62,7 @@ def standard_normal(shape, *, seed=None, dtype=np.float64, placement=None, acces
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"standard_normal() makes float32 or float64, not {dtype}")
     return _generate(shape, dtype, seed, lambda g, n: g.standard_normal(n, dtype=dtype),
-                     placement, access)
+                     placement, access, "standard_normal")
 
 
 def integers(low, high=None, shape=(), *, seed=None, dtype=np.int64, endpoint=False,
@@ -72,4 +73,4 @@ def integers(low, high=None, shape=(), *, seed=None, dtype=np.int64, endpoint=Fa
     np.random.default_rng(0).integers(low, high, 1, dtype=dtype, endpoint=endpoint)  # checks
     return _generate(shape, dtype, seed,
                      lambda g, n: g.integers(low, high, n, dtype=dtype, endpoint=endpoint),
-                     placement, access)
+                     placement, access, f"integers {low!r} {high!r} {endpoint}")

@@ -101,7 +101,7 @@ def _write_back(o, v):
     if not isinstance(o, ndarray):
         o[...] = v
         return
-    executor.run(_cast_into, [o], [np.asarray(v)])
+    executor.run(_cast_into, [o], [np.asarray(v)], what="out=")
 
 
 def _cast_into(parts, dsts):

@@ -6,7 +6,10 @@ memory), at most BLOCK_BYTES each. In SPMD (every rank runs the same program) ea
 computes the units it homes, writing straight into its own memory, and faults in the input
 slabs it needs through the slab cache; the call ends with the pool's sync (flush + barrier +
 revalidate), so every rank then sees every result, and an error numpy raised on one rank's
-blocks is raised on every rank (no rank is left waiting for the others). A plain script is the only process with
+blocks is raised on every rank (no rank is left waiting for the others). The ranks also agree
+on the call (pool/agree.py: the operation, the targets' and operands' views) before writing
+anything that others could have seen: CollectiveMismatch on every rank otherwise. A plain
+script is the only process with
 code to run: it computes every unit, streaming the inputs through its cache with the
 prefetcher ahead, and writes each result at its home (remote homes with one put per piece).
 
@@ -27,9 +30,10 @@ import numpy as np
 import collectives
 
 from ..array.array import ndarray
-from ..array.creation import _check_dtype, _shape, empty
+from ..array.creation import _check_dtype, _new, _shape
 from ..cache import prefetch, transfer
 from ..cache.layout import contiguous, extent
+from ..pool import agree
 from ..pool.placement import Explicit
 from ..pool.runtime import current
 
@@ -63,8 +67,9 @@ def _byte_of(x, flat):
     return b
 
 
-def new_like(shape, dtype, like=None, access=None):
-    """A new (uninitialized) pool array for a result; collective in SPMD, as creation is.
+def new_like(shape, dtype, like=None, access=None, what="empty"):
+    """A new (uninitialized) pool array for a result; collective in SPMD, as creation is
+    (what: the operation it is made for, as the ranks compare it).
 
     like: a pool array of the same shape: the result's slabs are homed where `like` holds the
     same elements (the first element of each result slab decides), so the owners of a
@@ -88,7 +93,7 @@ def new_like(shape, dtype, like=None, access=None):
         ks = _byte_of(like, first) // S
         members = np.asarray(like._a.members, np.int64)
         placement = Explicit(members[ks].tolist())
-    return empty(shape, dtype, placement=placement, access=access)
+    return _new(shape, dtype, placement, access, what)[0]
 
 
 # -- units and boxes -------------------------------------------------------------------------------
@@ -322,8 +327,8 @@ def _overlaps(x, y):
 
 def copy(x, like=None):
     """A new pool array holding the values of pool array x (placed like `like`, default x)."""
-    out = new_like(x.shape, x.dtype, like=x if like is None else like)
-    run(_assign, [out], [x], fresh=True)
+    out = new_like(x.shape, x.dtype, like=x if like is None else like, what="copy")
+    run(_assign, [out], [x], fresh=True, what="copy")
     return out
 
 
@@ -333,17 +338,20 @@ def _assign(parts, dsts):
 
 # -- the executor ---------------------------------------------------------------------------------
 
-def run(kernel, outs, operands, fill=False, fresh=False):
+def run(kernel, outs, operands, fill=False, fresh=False, what=None):
     """Compute kernel(parts, dsts) over every box of outs[0]'s units this process handles.
 
     outs: pool arrays of one shape (the targets); operands: pool arrays, numpy arrays or
     scalars that broadcast to that shape. kernel gets, per box, the operands' parts (numpy
     arrays of at most the box's shape, broadcastable to it, or the scalars) and one writable
     numpy array of the box's shape per target, and must fill the targets. fill=True: the
-    targets' current values are read first (a kernel with where= keeps them).
-    Collective in SPMD unless every target is private: it starts with a barrier (unless
-    fresh=True: targets nobody else has seen yet), so no rank overwrites a target another is
-    still reading, and ends with the pool's sync, so every rank sees every result."""
+    targets' current values are read first (a kernel with where= keeps them). what: the
+    operation as the ranks compare it (default the kernel's name).
+    Collective in SPMD unless every target is private: it starts with the ranks' agreement
+    on the call, which is also a barrier (unless fresh=True: targets nobody else has seen yet,
+    so no rank can overwrite what another still reads, and a mismatch found at the end spoils
+    nothing seen), and ends with the pool's sync, which checks the call again, so every rank
+    sees every result."""
     x = outs[0]
     pool = x._a.pool
     pool.check_open()
@@ -354,6 +362,13 @@ def run(kernel, outs, operands, fill=False, fresh=False):
         if o._shape != shape:
             raise ValueError(f"outputs of different shapes: {o._shape} and {shape}")
     coll = collective(*outs)
+    call = None
+    if coll and pool.size > 1:
+        call = agree.Call(what or getattr(kernel, "__qualname__", "kernel"), shape,
+                          tuple(o._dtype for o in outs), access=" ".join(o.access for o in outs),
+                          targets=outs, operands=operands)
+        if not fresh:
+            agree.check(pool.world, call)     # before any write, and before copies below
     ops = []
     for v in operands:
         if isinstance(v, ndarray):
@@ -362,38 +377,33 @@ def run(kernel, outs, operands, fill=False, fresh=False):
                     v = copy(v)
                     break
         ops.append(_Op(v, len(shape)))
-    if coll and not fresh and pool.size > 1:
-        pool.world.barrier()
     scratch = _Scratch.take()
     err = None
     try:
         _execute(kernel, outs, ops, pool, coll, fill, scratch)
     except Exception as e:           # noqa: BLE001  (re-raised below, on every rank)
-        if not coll or pool.size == 1:
+        if call is None:
             raise
         err = e
     finally:
         scratch.give()
-    if coll:
-        if pool.size > 1:
-            _agree_on_errors(pool, err)
+    if call is not None:
+        if pool.sync(call, failed=err is not None):
+            _raise_agreed(pool, err)
+    elif coll:
         pool.sync()
 
 
-def _agree_on_errors(pool, err):
+def _raise_agreed(pool, err):
     """SPMD: a kernel that failed on one rank (numpy's error on that rank's blocks) fails on
-    every rank, with that rank's exception, instead of leaving the others waiting."""
-    flag = collectives.allreduce(np.array([0 if err is None else 1], np.int64), "max",
-                                 world=pool.world)
-    if not int(flag[0]):
-        return
+    every rank, with that rank's exception, instead of leaving the others waiting (the sync
+    that ended the operation told every rank that one failed)."""
     try:
         mine = pickle.dumps(err) if err is not None else None
         pickle.loads(mine) if mine is not None else None
     except Exception:            # noqa: BLE001  (an exception that does not pickle)
         mine = pickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
     errs = allgather(mine)
-    pool.sync()
     if err is not None:
         raise err
     first = next(r for r, e in enumerate(errs) if e is not None)
@@ -520,7 +530,8 @@ def map_blocks(fn, out, *operands):
                  for p in parts]
         d[...] = fn(*parts)
     run(kernel, [out], [np.asarray(v) if isinstance(v, (list, tuple)) else v
-                        for v in operands])
+                        for v in operands],
+        what=f"map_blocks {getattr(fn, '__qualname__', type(fn).__name__)}")
     return out
 
 

@@ -27,8 +27,9 @@ import weakref
 import numpy as np
 
 from ..array.array import ndarray
-from ..array.creation import empty, zeros
+from ..array.creation import _new, zeros
 from ..cache import transfer
+from ..pool import agree
 from . import reducer, tiles
 from .dispatch import fallback, implements
 from .reducer import Job, _wide
@@ -124,14 +125,17 @@ def _store(out, res):
 
 
 def _product(a, b, rdt, out):
+    # the product as the ranks compare it in SPMD (pool/agree.py): both operands' views
+    pool = (a if isinstance(a, ndarray) else b)._a.pool
+    call = agree.Call("matmul", None, rdt, operands=(a, b)) if pool.coherent else None
     if isinstance(a, ndarray) and a.ndim >= 2:
-        res = _rows(a, replicated(b), rdt)
+        res = _rows(a, replicated(b), rdt, call)
     elif isinstance(b, ndarray) and b.ndim == 2:
-        res = _contract(b, replicated(a), rdt, left=True)
+        res = _contract(b, replicated(a), rdt, True, call)
     elif isinstance(a, ndarray):                       # a 1-D pool vector
-        res = _contract(a, b, rdt, left=False)
+        res = _contract(a, b, rdt, False, call)
     else:                                              # numpy a (any ndim) @ 1-D pool b
-        res = _contract(b, a, rdt, left=True)
+        res = _contract(b, a, rdt, True, call)
     if isinstance(res, np.ndarray) and res.ndim == 0 and out is None:
         return res[()]
     return res if out is None else _store(out, res)
@@ -139,8 +143,10 @@ def _product(a, b, rdt, out):
 
 # -- rows: the left operand distributed by rows ---------------------------------------------------
 
-def _rows(a, B, rdt):
-    """(..., N, K) pool @ numpy B: a new pool array, rows computed where the left rows live."""
+def _rows(a, B, rdt, call):
+    """(..., N, K) pool @ numpy B: a new pool array, rows computed where the left rows live
+    (in SPMD the ranks compare `call` in the sync that ends it: the result is new, nobody saw
+    what a mismatched call wrote)."""
     lead, K = a.shape[:-1], a.shape[-1]
     out_shape = lead + B.shape[1:]
     pool = a._a.pool
@@ -148,12 +154,12 @@ def _rows(a, B, rdt):
     if K == 0 or a.size == 0:
         return zeros(out_shape, rdt, access="private" if a._a.heap == "pv" else "readwrite")
     if a._a.heap == "pv":
-        out = empty(out_shape, rdt, access="private")
+        out = _new(out_shape, rdt, None, "private", "matmul result")[0]
     else:                     # each result row homed with the left row it comes from
         n = len(lead)
         place = tiles.placement_like(a, out_shape, rdt,
                                      lambda idx: tuple(idx[:n]) + (np.zeros_like(idx[0]),))
-        out = empty(out_shape, rdt, placement=place)
+        out = _new(out_shape, rdt, place, "readwrite", "matmul result")[0]
     coll = tiles.collective(a)
     row_tiles = tiles.split(lead, K * a.itemsize, tiles.target(pool))
     work = [((s + (0,), e + (K,)), (s + (0,) * (B.ndim - 1), e + B.shape[1:]))
@@ -171,7 +177,7 @@ def _rows(a, B, rdt):
         off, shape, strides = tiles.view_of(out, *dst)
         transfer.write(pool, out._a, off, shape, strides, out.dtype, res.reshape(shape))
     if coll:
-        pool.sync()
+        pool.sync(call)
     return out
 
 
@@ -236,9 +242,9 @@ class ContractJob(Job):
         return (0,) * self.x.ndim, self.x.shape
 
 
-def _contract(x, other, rdt, left):
+def _contract(x, other, rdt, left, call):
     """Sum over the rows of pool array x of (other's matching columns) @ (row tile), or of
-    (row tile of vector x) @ (other's matching rows)."""
+    (row tile of vector x) @ (other's matching rows). call: as for the reductions."""
     pool = x._a.pool
     pool.check_open()
     job = ContractJob(x, other, rdt, left)
@@ -249,9 +255,10 @@ def _contract(x, other, rdt, left):
         if nbytes > pool.advanced_limit:
             return zeros(final, rdt, access="private" if x._a.heap == "pv" else "readwrite")
         return np.zeros(final, rdt)
+    call = call if coll else None
     if nbytes > pool.advanced_limit:
-        return reducer._run_big(job, final, coll)
-    return reducer._run_small(job, False, coll)
+        return reducer._run_big(job, final, coll, call)
+    return reducer._run_small(job, False, coll, call)
 
 
 def _register():

@@ -84,11 +84,11 @@ def imag(x, /):
 
 def _part(x, fn):
     dt = fn(np.empty(0, x.dtype)).dtype
-    out = executor.new_like(x.shape, dt, like=x)
+    out = executor.new_like(x.shape, dt, like=x, what=f"{fn.__name__} result")
 
     def kernel(parts, dsts):
         np.copyto(dsts[0], fn(parts[0]), casting="unsafe")
-    executor.run(kernel, [out], [x], fresh=True)
+    executor.run(kernel, [out], [x], fresh=True, what=fn.__name__)
     return out
 
 
@@ -141,13 +141,14 @@ def isdtype(dtype, kind):
 def empty_like(x, /, *, dtype=None, device=None):
     """An uninitialized pool array of x's shape (placed like x)."""
     return executor.new_like(x.shape, x.dtype if dtype is None else dtype,
-                             like=x if hasattr(x, "_a") else None)
+                             like=x if hasattr(x, "_a") else None, what="empty_like")
 
 
 def full_like(x, /, fill_value, *, dtype=None, device=None):
     """A pool array of x's shape filled with fill_value (placed like x)."""
     out = empty_like(x, dtype=dtype)
-    executor.run(_fill, [out], [np.asarray(fill_value, out.dtype)], fresh=True)
+    executor.run(_fill, [out], [np.asarray(fill_value, out.dtype)], fresh=True,
+                 what="full_like")
     return out
 
 

@@ -20,8 +20,9 @@ import builtins
 import numpy as np
 
 from ..array.array import ndarray
-from ..array.creation import empty
+from ..array.creation import _new
 from ..cache import layout, transfer
+from ..pool import agree
 from . import tiles
 
 _NoValue = np._NoValue
@@ -266,8 +267,9 @@ def _specs(job, keys_per_rank, slices):
     return out
 
 
-def _run_small(job, flat, coll):
-    """Input-driven: the result as a numpy array of shape job.keep."""
+def _run_small(job, flat, coll, call=None):
+    """Input-driven: the result as a numpy array of shape job.keep (call: the reduction as
+    the ranks compare it in SPMD; its row leads the partials they allgather)."""
     x = job.x
     pool = x._a.pool
     scratch = tiles.Scratch()
@@ -298,7 +300,7 @@ def _run_small(job, flat, coll):
         mine = []
         for k in keys[pool.me]:
             mine += list(acc[k][1])
-        got = tiles.exchange(pool.world, mine, _specs(job, keys, slices))
+        got = tiles.exchange(pool.world, mine, _specs(job, keys, slices), call)
         acc = {}
         m = len(job.dtypes)
         for r in range(n):
@@ -313,29 +315,32 @@ def _run_small(job, flat, coll):
         mean = np.empty(job.keep, job.dtype)
         for sl, p in acc.values():
             mean[sl] = job.finish(p, sl)
-        return _run_small(job.stage2(mean, (0,) * len(job.keep)), flat, coll)
+        return _run_small(job.stage2(mean, (0,) * len(job.keep)), flat, coll, call)
     out = np.empty(job.keep, job.dtype)
     for sl, p in acc.values():
         out[sl] = job.finish(p, sl)
     return out
 
 
-def _result_array(job, shape):
+def _result_array(job, shape, what):
     """A new pool array for a large result: private when the input is, else each slab homed
     with the input it is computed from (tiles.placement_like)."""
     x = job.x
     dt = job.result_dtype
     if x._a.heap == "pv":
-        return empty(shape, dt, access="private")
-    return empty(shape, dt, placement=tiles.placement_like(x, job.keep, dt, job.to_x))
+        return _new(shape, dt, None, "private", what)[0]
+    return _new(shape, dt, tiles.placement_like(x, job.keep, dt, job.to_x), "readwrite",
+                what)[0]
 
 
-def _run_big(job, final_shape, coll):
+def _run_big(job, final_shape, coll, call=None):
     """Output-driven: a new pool array of final_shape (C-contiguous; its bytes are also the
-    kept-dims result)."""
+    kept-dims result). call: as for _run_small, checked in the sync that ends it (the
+    result is new: nobody saw what a mismatched call wrote into it)."""
     x = job.x
     pool = x._a.pool
-    out = _result_array(job, final_shape)
+    out = _result_array(job, final_shape,
+                        f"{call.name if call is not None else 'reduction'} result")
     keep = ndarray(out._a, out._off, job.keep, layout.c_strides(job.keep, out.itemsize),
                    out.dtype)
     scratch = tiles.Scratch()
@@ -345,7 +350,7 @@ def _run_big(job, final_shape, coll):
         off, shape, strides = tiles.view_of(keep, *t)
         transfer.write(pool, keep._a, off, shape, strides, keep.dtype, arr)
     if coll:
-        pool.sync()
+        pool.sync(call)
     return out
 
 
@@ -383,19 +388,22 @@ def _flat_view(x, order_free):
     return None
 
 
-def _run(x, make_job, axes, final_shape, result_dtype, order_free=True):
-    """Run a reduction of pool array x; returns numpy (small) or a pool array (large)."""
+def _run(x, make_job, axes, final_shape, result_dtype, order_free=True, what="reduction"):
+    """Run a reduction of pool array x; returns numpy (small) or a pool array (large).
+    what: its name, for the ranks' comparison of the call in SPMD (pool/agree.py)."""
     pool = x._a.pool
     pool.check_open()
     coll = tiles.collective(x)
+    call = agree.Call(f"{what} over axes {axes}", final_shape, np.dtype(result_dtype),
+                      operands=(x,)) if coll else None
     nbytes = _size(final_shape) * np.dtype(result_dtype).itemsize
     if nbytes > pool.advanced_limit:
-        return _run_big(make_job(x, axes, False), final_shape, coll)
+        return _run_big(make_job(x, axes, False), final_shape, coll, call)
     flat = None
     if len(axes) == x.ndim:
         flat = _flat_view(x, order_free)
     if flat is not None:
-        res = _run_small(make_job(flat, (0,), True), True, coll)
+        res = _run_small(make_job(flat, (0,), True), True, coll, call)
     else:
-        res = _run_small(make_job(x, axes, False), False, coll)
+        res = _run_small(make_job(x, axes, False), False, coll, call)
     return res.reshape(final_shape)

@@ -149,7 +149,8 @@ def _ufunc_reduction(name, ufunc, npfn, x, axis, dtype, out, keepdims, initial, 
 
     def make(v, ax, flat):
         return UfuncJob(v, ax, ufunc, r, part_dtype=part, comb_dtype=comb, initial=initial)
-    return _finish_result(_run(x, make, axes, final, r), out, probe)
+    what = name if initial is _NoValue else f"{name} initial {initial!r}"
+    return _finish_result(_run(x, make, axes, final, r, what=what), out, probe)
 
 
 def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NoValue, where=True):
@@ -189,7 +190,8 @@ def _anyall(name, ufunc, npfn, a, axis, out, keepdims, where):
     if a.size == 0:
         return _empty_case(a, lambda s: npfn(s, axis=axes, keepdims=keepdims), axes, final,
                            np.bool_, out)
-    res = _run(a, lambda v, ax, flat: AnyAllJob(v, ax, ufunc), axes, final, np.bool_)
+    res = _run(a, lambda v, ax, flat: AnyAllJob(v, ax, ufunc), axes, final, np.bool_,
+               what=name)
     return _finish_result(res, out, probe)
 
 
@@ -223,7 +225,7 @@ def _arg(name, op, npfn, a, axis, out, keepdims):
 
     def make(v, ax, flat):
         return ArgJob(v, ax, flat_all or flat, op)
-    res = _run(a, make, axes, final, np.intp, order_free=False)
+    res = _run(a, make, axes, final, np.intp, order_free=False, what=name)
     return _finish_result(res, out, probe)
 
 
@@ -265,7 +267,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     def make(v, ax, flat):
         return UfuncJob(v, ax, np.add, s, part_dtype=part, comb_dtype=_wide(s), scale=count,
                         final=r)
-    return _finish_result(_run(a, make, axes, final, r), out, probe)
+    return _finish_result(_run(a, make, axes, final, r, what="mean"), out, probe)
 
 
 def _varstd(name, a, axis, dtype, out, ddof, keepdims, where, sqrt):
@@ -296,7 +298,7 @@ def _varstd(name, a, axis, dtype, out, ddof, keepdims, where, sqrt):
         return MeanJob(v, ax, sdt, r, ddof, sqrt)
     with np.errstate(divide="ignore" if ddof >= count else "warn",
                      invalid="ignore" if ddof >= count else "warn"):
-        res = _run(a, make, axes, final, r)
+        res = _run(a, make, axes, final, r, what=f"{name} ddof {ddof}")
     return _finish_result(res, out, probe)
 
 
@@ -356,7 +358,8 @@ def ufunc_reduce(ufunc, x, axis=0, dtype=None, keepdims=False, out=None, initial
     def make(v, ax, flat):
         return UfuncJob(v, ax, ufunc, r, part_dtype=part,
                         comb_dtype=_wide(r) if widen else r, initial=initial)
-    return _finish_result(_run(x, make, axes, final, r), out, probe)
+    return _finish_result(_run(x, make, axes, final, r, what=f"{ufunc.__name__}.reduce"),
+                          out, probe)
 
 
 # -- NEP-18: numpy's functions on pool arrays come here ------------------------------------------

@@ -16,6 +16,9 @@ and the stand-in's new shape, strides and offset are ours. Hence:
 - concatenate / stack: a new pool array, written blockwise (pooltensor.tiles): under SPMD
   each rank writes the tiles of the result whose first byte it homes, reading the inputs
   (pool or numpy) where they are, then the pool syncs.
+
+Under SPMD the ranks agree on every copy (pool/agree.py): before writing into an array others
+may have seen, and again in the sync that ends it; CollectiveMismatch on every rank otherwise.
 """
 import operator
 
@@ -23,8 +26,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..array.array import ndarray
-from ..array.creation import empty
+from ..array.creation import _new as _create
 from ..cache import layout, transfer
+from ..pool import agree
 from . import tiles
 from .dispatch import implements
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
@@ -48,31 +52,41 @@ def _view(x, fn):
     return ndarray(x._a, x._off + delta, v.shape, v.strides, x.dtype)
 
 
-def _new(shape, dtype, like):
+def _new(shape, dtype, like, what):
     """A result array: shared (collective under SPMD) unless a pool input is private."""
     private = any(isinstance(a, ndarray) and a._a.heap == "pv" for a in like)
-    return empty(shape, dtype, access="private" if private else "readwrite")
+    return _create(shape, dtype, None, "private" if private else "readwrite", what)[0]
 
 
-def assign(dst, src, sync=True):
+def assign(dst, src, sync=True, fresh=False, what="assign"):
     """dst[...] = src, blockwise: numpy's broadcasting and casting (as x[...] = y).
 
     Under SPMD with a shared dst (and no private src) every rank calls it and writes the
-    tiles of dst it homes, then the pool syncs (sync=False leaves that to the caller)."""
+    tiles of dst it homes, then the pool syncs (sync=False leaves that to the caller). The
+    ranks agree on the call first (unless fresh=True: dst was just made, nobody has seen
+    it; then the sync checks it) and in the sync."""
     pool = dst._a.pool
     pool.check_open()
     if dst._a.heap == "ro":
         raise ValueError("assignment destination is read-only")
     src_pool = isinstance(src, ndarray)
     if src_pool:
+        call_src = src
         if src.shape != dst.shape:
             src = _view(src, lambda f: np.broadcast_to(f, dst.shape))
         coll = tiles.collective(dst, src)
         it = max(dst.itemsize, src.itemsize)
     else:
-        src = np.broadcast_to(np.asarray(src), dst.shape)
+        call_src = src = np.asarray(src)
+        src = np.broadcast_to(src, dst.shape)
         coll = tiles.collective(dst)
         it = max(dst.itemsize, src.dtype.itemsize)
+    call = None
+    if coll:
+        call = agree.Call(what, dst.shape, dst.dtype, access=dst.access, targets=(dst,),
+                          operands=(call_src,))
+        if not fresh:
+            agree.check(pool.world, call)
     tl = tiles.split(dst.shape, it, tiles.target(pool))
     work = tiles.mine(dst, tl, coll)
     scratch = tiles.Scratch()
@@ -90,16 +104,17 @@ def assign(dst, src, sync=True):
             blk = val
         transfer.write(pool, dst._a, off, shape, strides, dst.dtype, blk)
     if coll and sync:
-        pool.sync()
+        pool.sync(call)
 
 
 def copy_c(x):
     """A new C-contiguous pool array holding x's elements (each slab homed with them)."""
     if x._a.heap == "pv":
-        out = empty(x.shape, x.dtype, access="private")
+        out = _create(x.shape, x.dtype, None, "private", "copy result")[0]
     else:
-        out = empty(x.shape, x.dtype, placement=tiles.placement_like(x, x.shape, x.dtype))
-    assign(out, x)
+        out = _create(x.shape, x.dtype, tiles.placement_like(x, x.shape, x.dtype),
+                      "readwrite", "copy result")[0]
+    assign(out, x, fresh=True, what="copy")
     return out
 
 
@@ -271,7 +286,7 @@ def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
                        casting=casting)
         res = out
     else:
-        res = _new(shape, probe.dtype, pools)
+        res = _new(shape, probe.dtype, pools, "concatenate result")
     pos = 0
     for a in arrs:
         if axis is None:
@@ -283,11 +298,12 @@ def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
             dst = res[(slice(None),) * ax + (slice(pos, pos + n),)]
         pos += n
         if isinstance(dst, ndarray):
-            assign(dst, a, sync=False)
+            assign(dst, a, sync=False, fresh=out is None, what="concatenate")
         else:
             dst[...] = a.to_numpy() if isinstance(a, ndarray) else a
     if isinstance(res, ndarray) and tiles.collective(res, *pools):
-        res._a.pool.sync()
+        res._a.pool.sync(agree.Call(f"concatenate axis {axis}", shape, res.dtype,
+                                    targets=(res,), operands=arrs))
     return res
 
 

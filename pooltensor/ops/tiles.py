@@ -20,8 +20,10 @@ buffer per tile would page-fault every time).
 import numpy as np
 
 import collectives
+from collectives.errors import CollectiveMismatch
 
 from ..cache import layout, prefetch, transfer
+from ..pool import agree
 from ..pool.placement import Explicit
 
 TILE_SLABS = 4          # a tile is about this many slabs (bounded by the cache: see target())
@@ -252,11 +254,14 @@ def flat_blocks(x, coll):
         k += 1
 
 
-def exchange(world, mine_parts, specs):
+def exchange(world, mine_parts, specs, call=None):
     """Allgather lists of numpy arrays whose shapes every rank knows in advance.
 
     mine_parts: this rank's arrays; specs[r]: [(shape, dtype), ...] of rank r's arrays.
-    Returns one list of arrays per rank, in rank order (the same bytes on every rank)."""
+    Returns one list of arrays per rank, in rank order (the same bytes on every rank).
+    call: the collective pool operation this is part of (pool/agree.py): its agreement row
+    leads the bytes, and the ranks' calls are compared before the parts are used
+    (CollectiveMismatch on every rank when they differ)."""
     sizes = []
     for sp in specs:
         n = 0
@@ -264,18 +269,31 @@ def exchange(world, mine_parts, specs):
             n += int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
         sizes.append(n)
     width = max(sizes) if sizes else 0
-    if width == 0:
+    lead = 0 if call is None else 8 * agree.ROW
+    if width + lead == 0:
         return [[np.empty(shape, dt) for shape, dt in sp] for sp in specs]
-    buf = np.zeros(width, np.uint8)
-    pos = 0
+    buf = np.zeros(lead + width, np.uint8)
+    if lead:
+        buf[:lead] = call.row().view(np.uint8)
+    pos = lead
     for p in mine_parts:
         b = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
         buf[pos:pos + b.size] = b
         pos += b.size
-    allb = collectives.allgather(buf, world=world)
+    try:
+        allb = collectives.allgather(buf, world=world)
+    except CollectiveMismatch:
+        if call is None:
+            raise
+        # the ranks' buffers differ in length, so their calls differ: name what (the rows
+        # alone, in a second allgather every rank of this one makes), else raise as it came
+        agree.follow_up(world, call)
+        raise
+    if lead:
+        agree.verify_rows(world, np.ascontiguousarray(allb[:, :lead]).view(np.int64), call)
     out = []
     for r, sp in enumerate(specs):
-        row, pos, parts = allb[r], 0, []
+        row, pos, parts = allb[r], lead, []
         for shape, dt in sp:
             dt = np.dtype(dt)
             n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize

@@ -127,9 +127,13 @@ def apply(func, inputs, out=None, where=True, nout=1, **kw):
     if any(isinstance(o, np.ndarray) for o in outs):
         return _into_numpy(func, ufunc, inputs, outs, where if has_where else True, kw)
     like = _like(shape, inputs + outs)
+    name = getattr(func, "__name__", repr(func))
+    if kw:
+        name += "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(kw.items())) + ")"
     targets = []
     for o, dt in zip(outs, dtypes):
-        targets.append(o if o is not None else executor.new_like(shape, dt, like=like))
+        targets.append(o if o is not None else
+                       executor.new_like(shape, dt, like=like, what=f"{name} result"))
     ops = inputs + ([where] if has_where else [])
     nin = len(inputs)
 
@@ -142,7 +146,8 @@ def apply(func, inputs, out=None, where=True, nout=1, **kw):
     else:
         def kernel(parts, dsts):
             func(*parts, out=dsts[0], **kw)
-    executor.run(kernel, targets, ops, fill=has_where, fresh=all(o is None for o in outs))
+    executor.run(kernel, targets, ops, fill=has_where, fresh=all(o is None for o in outs),
+                 what=name)
     return targets[0] if nout == 1 else tuple(targets)
 
 
@@ -156,7 +161,7 @@ def _into_numpy(func, ufunc, inputs, outs, where, kw):
     func(*[mat(v) for v in inputs], out=tmp if ufunc else tmp[0], **kw)
     for o, t in zip(outs, tmp):
         if _is_pool(o):
-            executor.run(_assign, [o], [t])
+            executor.run(_assign, [o], [t], what=f"{getattr(func, '__name__', func)} out")
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -235,7 +240,7 @@ def _at(ufunc, inputs, kwargs):
     ufunc.at(arr, *rest, **kwargs)
     if x.access == "readonly":
         raise ValueError("output array is read-only")
-    executor.run(_assign, [x], [arr])
+    executor.run(_assign, [x], [arr], what=f"{ufunc.__name__}.at")
     return None
 
 
@@ -250,8 +255,8 @@ def astype(x, dtype, casting="unsafe", copy=True):
                         f"the rule {casting!r}")
     if not copy and dtype == x.dtype:
         return x
-    out = executor.new_like(x.shape, dtype, like=x)
-    executor.run(_assign, [out], [x], fresh=True)
+    out = executor.new_like(x.shape, dtype, like=x, what="astype result")
+    executor.run(_assign, [out], [x], fresh=True, what="astype")
     return out
 
 
@@ -271,7 +276,8 @@ def where(condition, x, y):
     inputs = [_normalize(v) for v in (condition, x, y)]
     dt = np.where(np.empty(0, bool), _sample(inputs[1]), _sample(inputs[2])).dtype
     shape = _broadcast([_shape_of(v) for v in inputs], [])
-    out = executor.new_like(shape, dt, like=_like(shape, inputs[1:] + inputs[:1]))
+    out = executor.new_like(shape, dt, like=_like(shape, inputs[1:] + inputs[:1]),
+                            what="where result")
     cond = inputs[0]
     if not isinstance(cond, np.ndarray) and not _is_pool(cond):
         cond = np.asarray(cond)
@@ -283,7 +289,7 @@ def where(condition, x, y):
     def kernel(parts, dsts):
         c = np.asarray(parts[0])
         _where_into(c, parts[1], parts[2], dsts[0])
-    executor.run(kernel, [out], [cond, inputs[1], inputs[2]], fresh=True)
+    executor.run(kernel, [out], [cond, inputs[1], inputs[2]], fresh=True, what="where")
     return out
 
 
@@ -334,11 +340,11 @@ def _np_copyto(dst, src, casting="same_kind", where=True):
     _broadcast([_shape_of(src)] + ([_shape_of(where)] if where is not True else []),
                [dst.shape])
     if where is True:
-        executor.run(_assign, [dst], [src])
+        executor.run(_assign, [dst], [src], what="copyto")
     else:
         def kernel(parts, dsts):
             np.copyto(dsts[0], parts[0], casting="unsafe", where=parts[1])
-        executor.run(kernel, [dst], [src, _normalize(where)], fill=True)
+        executor.run(kernel, [dst], [src, _normalize(where)], fill=True, what="copyto where")
 
 
 @dispatch.implements(np.astype)

@@ -22,7 +22,13 @@ the script is the only allocator (member processes only serve memory).
 Frees. An Allocation is freed when its last array (or view) dies; its finalizer only queues
 the slabs, which are given back at a safe point: at the next allocation in a plain script;
 in SPMD at the next collective point (creation or sync), for the arrays every rank has
-dropped (one allreduce to learn whether any rank has something queued, then one allgather).
+dropped (the agreement row of that point says whether any rank has something queued, then
+one allgather of (id, digest of its slabs) pairs: the ranks must agree on each id's slabs).
+
+Agreement (SPMD): creation and sync are collective pool operations, checked across ranks
+(agree.py) before they change anything: creation's row (the digest of its operation, shape,
+dtype, placement, access and next allocation id) is the allreduce that also counts the queued
+frees; sync's (or that of the operation it ends) is the allreduce that is sync's barrier.
 
 Coherence (SPMD only; a plain script is the only writer so its cache is always right): each
 rw slab has an int64 version at its home, bumped with fetch_add after every write into it.
@@ -40,6 +46,7 @@ import numpy as np
 
 import collectives
 
+from . import agree
 from . import placement as _placement
 from . import spawn
 from .alloc import SlabAllocator
@@ -65,6 +72,7 @@ DEFAULT_ADVANCED = 64 << 20       # advanced indexing returns numpy up to this, 
 MAX_BYTES = int(np.iinfo(np.intp).max)    # numpy's own bound on an array's bytes
 TOO_BIG = ("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum "
            "possible size.")
+SYNC = agree.Call("sync")         # a plain pt.sync(), as the ranks compare it
 
 
 def physical_memory():
@@ -228,18 +236,34 @@ class Pool:
         return self._private
 
     # -- allocation ------------------------------------------------------------------------
-    def allocate(self, nbytes, access="readwrite", placement=None):
+    def allocate(self, nbytes, access="readwrite", placement=None, what=None):
         """Slabs for an array of `nbytes`: (Allocation, fresh) where fresh[k] says slab k was
-        never used before (so it still holds zeros). Collective in SPMD unless private."""
+        never used before (so it still holds zeros). Collective in SPMD unless private: the
+        ranks first agree on the call (what: (operation, shape, dtype) of the creation, for
+        the check and its message) or every rank raises CollectiveMismatch."""
         self.check_open()
-        if access not in ACCESS:
-            raise ValueError(f"access must be one of {tuple(ACCESS)}, not {access!r}")
-        heap = ACCESS[access]
         S = self.slab_size
         nbytes = int(nbytes)
-        if nbytes > MAX_BYTES:             # what numpy says of an array it could never make
-            raise ValueError(TOO_BIG)
         n = -(-nbytes // S)
+        if self.coherent and access != "private":
+            op, shape, dtype = what if what is not None else ("allocate", nbytes, None)
+            call = agree.Call(op, shape, dtype,
+                              agree.placement_key(self.placement if placement is None
+                                                   else placement), access,
+                              targets=(("new allocation id, slabs", self._next_id + 1, n),))
+        else:
+            call = None
+        if access not in ACCESS:
+            bad = ValueError(f"access must be one of {tuple(ACCESS)}, not {access!r}")
+        elif nbytes > MAX_BYTES:           # what numpy says of an array it could never make
+            bad = ValueError(TOO_BIG)
+        else:
+            bad = None
+        if bad is not None:
+            if call is not None:           # every rank got here: raise together, or not at all
+                self.collect_frees(call)
+            raise bad
+        heap = ACCESS[access]
         with self._lock:
             if heap == "pv":
                 if self.role == "client":
@@ -265,7 +289,7 @@ class Pool:
                 fresh = [s >= hwm for s in slots]
                 self.private_heap()
             else:
-                self.collect_frees()
+                self.collect_frees(call)
                 policy = self.placement if placement is None else _placement.check(
                     placement, self.size)
                 if policy == "local" and self.coherent:
@@ -352,8 +376,13 @@ class Pool:
                         self.cache.discard_keys([(heap, m, s) for s in ss])
             self._live -= 1
 
-    def collect_frees(self):
-        """Give back the slabs of dropped arrays (collective in SPMD; see module docstring)."""
+    def collect_frees(self, call=None, failed=False):
+        """Give back the slabs of dropped arrays (collective in SPMD; see module docstring).
+
+        SPMD: one allreduce of every rank's agreement row for `call` (the collective point
+        this is part of; default a plain sync) carrying its count of queued frees and
+        `failed`; CollectiveMismatch on every rank, with nothing freed, when the calls differ.
+        Returns whether any rank passed failed=True."""
         with self._lock:
             if self._pending_pv:
                 self._apply(self._pending_pv)
@@ -361,19 +390,44 @@ class Pool:
             if not self.coherent:
                 pend, self._pending = self._pending, []
                 self._apply(pend)
-                return
-            mx = collectives.allreduce(np.array([len(self._pending)], np.int64), "max",
-                                       world=self.world)
-            if int(mx[0]) == 0:
-                return
-            # the ids (>= 1) padded with 0 to the longest list: one data-plane allgather
-            ids = np.zeros(int(mx[0]), np.int64)
-            ids[:len(self._pending)] = [p[0] for p in self._pending]
-            lists = collectives.allgather(ids, world=self.world).tolist()
-            common = set(lists[0]).intersection(*map(set, lists[1:])) - {0}
-            now = [p for p in self._pending if p[0] in common]
-            self._pending = [p for p in self._pending if p[0] not in common]
-            self._apply(now)
+                return failed
+            call = SYNC if call is None else call
+            pend = list(self._pending)      # a finalizer may queue more while we wait
+            red = agree.reduce(self.world, call, len(pend), int(failed))
+            return self._free_agreed(red, call, pend)
+
+    def _free_agreed(self, red, call, pend):
+        """After the agreement row of a collective point (`red`, reduced over the ranks):
+        verify it, then free what every rank dropped (of `pend`, the queue when the row was
+        sent). Returns whether any rank's row said failed."""
+        agree.verify(self.world, red, call)
+        mx = int(red[0])
+        if mx:
+            # (id >= 1, digest of its slabs) padded with 0 to the longest list: one allgather
+            mine = [(p[0], agree.slabs_word(*p[1:])) for p in pend]
+            mine += [(0, 0)] * (mx - len(mine))
+            per = [dict(lst) for lst in
+                   collectives.allgather(np.array(mine, np.int64), world=self.world).tolist()]
+            common = set(per[0]).intersection(*per[1:]) - {0}
+            if common:
+                self._check_slabs(per, common)
+                now = [p for p in pend if p[0] in common]
+                self._pending = [p for p in self._pending if p[0] not in common]
+                self._apply(now)
+        return bool(red[1])
+
+    def _check_slabs(self, per, common):
+        """Every rank holds the same slabs under each id about to be freed (per: one
+        {id: slab digest} per rank); else the pools diverged: CollectiveMismatch on every
+        rank, nothing freed."""
+        for aid in sorted(common):
+            digests = [p[aid] for p in per]
+            if digests.count(digests[0]) != len(digests):
+                other = next(r for r, d in enumerate(digests) if d != digests[self.me])
+                raise collectives.CollectiveMismatch(
+                    f"the ranks would free allocation {aid} with different slabs (slab "
+                    f"digests {digests}, rank by rank): their pools diverged; nothing was freed",
+                    rank=other, host=self.world.hosts[other])
 
     # -- versions (SPMD coherence) -------------------------------------------------------------
     def version(self, m, slot):
@@ -416,22 +470,34 @@ class Pool:
                     self.cache.discard(e)
 
     # -- sync -------------------------------------------------------------------------------
-    def sync(self):
-        """Flush, barrier and revalidate: afterwards every rank sees every write made before."""
+    def sync(self, call=None, failed=False):
+        """Flush, barrier and revalidate: afterwards every rank sees every write made before.
+
+        SPMD: collective, and checked: `call` is the operation this sync ends (default a
+        plain sync), compared across ranks in the allreduce that is the barrier
+        (CollectiveMismatch on every rank when the calls differ, after revalidating, before
+        any free). Returns whether any rank passed failed=True (its part of the operation
+        raised: the caller then raises on every rank)."""
         self.check_open()
         for w in (self.win_rw, self.win_ro, self.win_ro_init, self.win_ver):
             if w is not None:
                 w.flush()
         if not self.coherent:
             self.collect_frees()
-            return
+            return failed
         for slot, ws in list(self._exports.items()):   # writes through exported views
             self.win_ver.fetch_add(self.me, slot * 8, 1)
             if not ws:
                 del self._exports[slot]     # no view left: nothing more can change unseen
-        self.world.barrier()
-        self.revalidate()
-        self.collect_frees()
+        call = SYNC if call is None else call
+        with self._lock:
+            if self._pending_pv:
+                self._apply(self._pending_pv)
+                self._pending_pv = []
+            pend = list(self._pending)
+            red = agree.reduce(self.world, call, len(pend), int(failed))
+            self.revalidate()
+            return self._free_agreed(red, call, pend)
 
     # -- reporting -----------------------------------------------------------------------------
     def free_bytes(self):
