@@ -33,8 +33,10 @@ ranks of a call can reach the others as a mismatch (the hierarchical algorithms 
 A lost peer ends collectives for good: every later call raises PeerLost at once.
 
 What no timeout can promise: a rank that completes a call in the very instant its peer's deadline
-passes may return before the peer's record arrives. It finds the record at its next call, says
-so (RuntimeWarning), and the epochs meet again at that call.
+passes may return before the peer's record arrives; so may a stopped rank that resumes with its
+peers' data already delivered, and over tcp a rank stopped right after completing a call makes
+its peers' last acknowledgement of the call time out. The rank that completed finds the record
+at its next call (or World.barrier()), says so (RuntimeWarning), and the epochs meet there.
 
 Records to a peer over tcp are written by a thread of that peer (a *herald*), so that a peer
 that does not answer (a stopped process) delays no one: the others are told at once, and the

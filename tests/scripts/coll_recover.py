@@ -16,6 +16,7 @@ collective (checked against numpy) on every rank. The last rank is the odd one o
             it gets CollectiveMismatch at once, naming the rank that gave up
 Prints "recover ok" on every rank at the end.
 """
+import faulthandler
 import os
 import signal
 import sys
@@ -93,6 +94,8 @@ def agree(tag, outcome, allowed=("failed",)):
 
 for phase in sys.argv[1:]:
     mode, _, kind = phase.partition(":")
+    # a rank stuck in a phase shows where (the others fail within a few timeouts)
+    faulthandler.dump_traceback_later(T * 6 + 10, exit=False)
     if mode != "first":
         collectives.allreduce(np.ones(4))      # things set up (and warm) on every rank
     if mode in ("late", "first"):
@@ -111,6 +114,9 @@ for phase in sys.argv[1:]:
     elif mode == "skip":
         outcome = "skipped" if rank == odd else on_time(kind, phase)
     elif mode == "stop":
+        # every rank past the warm-up first: stopped right after a call, a peer can fail the
+        # others' last acknowledgement of it over tcp (a race this test does not time)
+        world.barrier(timeout=T * 4 + 20)
         if rank == odd:
             os.kill(os.getpid(), signal.SIGSTOP)
             try:
@@ -131,6 +137,7 @@ for phase in sys.argv[1:]:
     elif mode != "skip":
         agree(phase, outcome)
     check_all(phase)
+    faulthandler.cancel_dump_traceback_later()
     print(f"{phase} ok", flush=True)
 
 world.barrier(timeout=T * 4 + 20)
