@@ -28,33 +28,7 @@
 
 /* ---- segments ---- */
 
-/* Large segments are mapped at a 2 MiB-aligned address and advised for transparent huge pages:
- * where the system allows them for shared memory (shmem_enabled = advise), a stream over a
- * slab then costs what it costs over numpy's (huge-page backed) memory; elsewhere the advice is
- * ignored. Peers map segments through the same function. */
-#define PT_HUGE (2u << 20)
-
-static void *map_shared(int fd, size_t len, int prot)
-{
-    if (len < PT_HUGE)
-        return mmap(NULL, len, prot, MAP_SHARED, fd, 0);
-    uint8_t *r = mmap(NULL, len + PT_HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                      -1, 0);
-    if (r == MAP_FAILED)
-        return mmap(NULL, len, prot, MAP_SHARED, fd, 0);
-    uint8_t *a = (uint8_t *)(((uintptr_t)r + PT_HUGE - 1) & ~(uintptr_t)(PT_HUGE - 1));
-    void *p = mmap(a, len, prot, MAP_SHARED | MAP_FIXED, fd, 0);
-    if (p == MAP_FAILED) {
-        munmap(r, len + PT_HUGE);
-        return MAP_FAILED;
-    }
-    if (a > r)
-        munmap(r, (size_t)(a - r));
-    if (r + len + PT_HUGE > a + len)
-        munmap(a + len, (size_t)(r + len + PT_HUGE - (a + len)));
-    madvise(p, len, MADV_HUGEPAGE);
-    return p;
-}
+/* Segments are memfds, mapped by pt__plat_map_shared (map.c). */
 
 pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out)
 {
@@ -66,7 +40,7 @@ pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out)
         st = pt__sys();
         goto err_close;
     }
-    void *base = map_shared(fd, len, PROT_READ | PROT_WRITE);
+    void *base = pt__plat_map_shared(fd, len, PROT_READ | PROT_WRITE);
     if (base == MAP_FAILED) {
         st = errno == ENOMEM ? PT_ERR_NOMEM : pt__sys();
         goto err_close;
@@ -108,7 +82,7 @@ pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int wri
     if (fd < 0)
         return errno == ENOENT || errno == ESRCH ? PT_ERR_PEER_LOST : pt__sys();
     int prot = PROT_READ | (write || writable ? PROT_WRITE : 0);
-    void *base = map_shared(fd, len, prot);
+    void *base = pt__plat_map_shared(fd, len, prot);
     close(fd);
     if (base == MAP_FAILED)
         return pt__sys();

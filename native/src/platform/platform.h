@@ -130,6 +130,9 @@ void pt_plat_keepalive(int fd, int idle, int intvl, int cnt);
 /* A reader-writer lock whose writers do not starve behind a stream of readers where the
  * system lets us ask (glibc); the default kind elsewhere. */
 void pt_plat_rwlock_init(pthread_rwlock_t *l);
+/* Both profiles (platform/map.c): map segment `fd` of `len` bytes shared, large ones 2 MiB
+ * aligned and advised for huge pages; MAP_FAILED on failure, as mmap. */
+void *pt__plat_map_shared(int fd, size_t len, int prot);
 /* Zero secret bytes in a way the compiler does not drop. */
 void pt_plat_secure_zero(void *p, size_t len);
 

@@ -43,8 +43,6 @@
 
 /* ---- segments ---- */
 
-#define PT_HUGE (2u << 20)
-
 static _Atomic int next_handle;
 
 static void seg_name(char *buf, size_t n, int32_t pid, int32_t handle)
@@ -52,30 +50,6 @@ static void seg_name(char *buf, size_t n, int32_t pid, int32_t handle)
     snprintf(buf, n, "/pt.%d.%d", (int)pid, (int)handle);
 }
 
-/* Large segments at a 2 MiB-aligned address (advised for huge pages where the system has the
- * advice), as the Linux profile places them. */
-static void *map_shared(int fd, size_t len, int prot)
-{
-    if (len < PT_HUGE)
-        return mmap(NULL, len, prot, MAP_SHARED, fd, 0);
-    uint8_t *r = mmap(NULL, len + PT_HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANON, -1, 0);
-    if (r == MAP_FAILED)
-        return mmap(NULL, len, prot, MAP_SHARED, fd, 0);
-    uint8_t *a = (uint8_t *)(((uintptr_t)r + PT_HUGE - 1) & ~(uintptr_t)(PT_HUGE - 1));
-    void *p = mmap(a, len, prot, MAP_SHARED | MAP_FIXED, fd, 0);
-    if (p == MAP_FAILED) {
-        munmap(r, len + PT_HUGE);
-        return MAP_FAILED;
-    }
-    if (a > r)
-        munmap(r, (size_t)(a - r));
-    if (r + len + PT_HUGE > a + len)
-        munmap(a + len, (size_t)(r + len + PT_HUGE - (a + len)));
-#ifdef MADV_HUGEPAGE
-    madvise(p, len, MADV_HUGEPAGE);
-#endif
-    return p;
-}
 
 pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out)
 {
@@ -91,7 +65,7 @@ pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out)
         st = pt__sys();
         goto err_close;
     }
-    void *base = map_shared(fd, len, PROT_READ | PROT_WRITE);
+    void *base = pt__plat_map_shared(fd, len, PROT_READ | PROT_WRITE);
     if (base == MAP_FAILED) {
         st = errno == ENOMEM ? PT_ERR_NOMEM : pt__sys();
         goto err_close;
@@ -129,7 +103,7 @@ pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int wri
     if (fd < 0)
         return errno == ENOENT ? PT_ERR_PEER_LOST : pt__sys();
     int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-    void *base = map_shared(fd, len, prot);
+    void *base = pt__plat_map_shared(fd, len, prot);
     close(fd);
     if (base == MAP_FAILED)
         return pt__sys();
