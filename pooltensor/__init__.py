@@ -35,6 +35,7 @@ for _name in _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS 
     globals()[_name] = getattr(_ns, _name)
 
 # -- reductions, linear algebra and shape functions (ops/reductions.py, linalg.py, shape.py) ----
+from .ops.executor import map_blocks_new as map_blocks  # noqa: E402
 from .ops.linalg import dot, matmul  # noqa: E402
 from .ops.reductions import (all, any, argmax, argmin, max, mean, min, prod, std, sum,  # noqa: E402
                          var)
@@ -43,7 +44,8 @@ from .ops.shape import (concat, concatenate, expand_dims, matrix_transpose, move
 
 _OPS = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all",
         "matmul", "dot", "reshape", "ravel", "transpose", "permute_dims", "matrix_transpose",
-        "swapaxes", "moveaxis", "squeeze", "expand_dims", "concatenate", "concat", "stack"]
+        "swapaxes", "moveaxis", "squeeze", "expand_dims", "concatenate", "concat", "stack",
+        "map_blocks"]
 
 # -- the ndarray's methods that compute, and its __array_namespace__ (this module) -------------
 from .ops import methods as _methods  # noqa: E402

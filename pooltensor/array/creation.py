@@ -4,8 +4,10 @@ Every function allocates the slabs (pool.allocate: placement policy, access mode
 fills them slab by slab: the values of slab k are computed from the flat element range it
 holds, with numpy, so no Python runs per element and each slab is written once.
 
-Who writes what: in a plain script, the script writes every slab (its own directly, the
-members' with Window.put; readonly slabs through the init window only the script has). In
+Who writes what: in a plain script, the members write the slabs they home (the values are
+small classes, not closures, so a plan can carry them: pool/work.py) while the script writes
+its own and those of members that do not compute (memory servers: Window.put; readonly slabs
+through the init window only the script has). In
 SPMD, creation is collective: every rank allocates the same slabs, writes the ones it homes
 straight into its own memory, and a barrier ends the call so every rank sees the contents.
 Before allocating, the ranks agree on the call (pool.allocate: the function and its scalar
@@ -18,7 +20,9 @@ import operator
 import numpy as np
 
 from ..cache import layout, transfer
+from ..cache.populate import populate
 from .array import _check_dtype, ndarray
+from ..pool import work
 from ..pool.runtime import current
 
 
@@ -60,21 +64,113 @@ def _mine(pool, alloc, k):
 
 
 def _fill(x, fresh, values, skip_fresh=False):
-    """Write values(e0, e1) -> 1-D numpy (elements e0..e1-1 in C order) into each slab."""
+    """Write values(e0, e1) -> 1-D numpy (elements e0..e1-1 in C order) into each slab; a
+    plain script's members write the slabs they home (when values can travel in a plan)."""
+    a = x._a
+    pool = a.pool
+    doers = work.doers(pool, x) if getattr(values, "PLAN_OK", False) else ()
+    rnd = work.start(pool, doers, ("fill", x, values, skip_fresh, fresh))
+    if rnd is None:
+        doers = ()
+    err = None
+    try:
+        fill_here(x, fresh, values, skip_fresh, skip=frozenset(doers))
+    except Exception as e:                 # noqa: BLE001  (raised once the members answered)
+        if rnd is None:
+            raise
+        err = e
+    if rnd is not None:
+        rnd.wait(err)
+    _done(pool, a)
+    return x
+
+
+def fill_here(x, fresh, values, skip_fresh=False, skip=None):
+    """The slabs of x this process writes (see _mine; a member: the ones it homes), but none
+    homed by a member in `skip` (those fill their own)."""
     a = x._a
     pool = a.pool
     S = pool.slab_size
     it = x.itemsize
     E = S // it
     total = x.size
+    only_own = pool.role == "member"
     for k in range(len(a.members)):
-        if not _mine(pool, a, k) or (skip_fresh and fresh[k]):
+        m = a.members[k]
+        if (not _mine(pool, a, k) or (skip_fresh and fresh[k]) or (skip and m in skip) or
+                (only_own and m != pool.me)):
             continue
         e0, e1 = k * E, min(total, (k + 1) * E)
+        if m == pool.me and fresh[k] and a.heap != "pv":
+            base = a.slots[k] * S
+            populate(pool.local[a.heap], base, base + (e1 - e0) * it, write=True)
         data = np.ascontiguousarray(values(e0, e1), x.dtype)
         transfer.put_bytes(pool, a, k, 0, data.view(np.uint8))
-    _done(pool, a)
     return x
+
+
+class Repeat:
+    """values(e0, e1) of an array whose every element is `value`."""
+
+    PLAN_OK = True
+
+    def __init__(self, value, dtype, n):
+        self.value, self.dtype, self.n = value, np.dtype(dtype), int(n)
+
+    def __getstate__(self):
+        return {"value": self.value, "dtype": self.dtype, "n": self.n}
+
+    def __setstate__(self, st):
+        self.__dict__.update(st)
+
+    def __call__(self, e0, e1):
+        v = self.__dict__.get("_v")
+        if v is None:
+            v = self._v = np.full(self.n, self.value, self.dtype)
+        return v[:e1 - e0]
+
+
+class Arange:
+    """values(e0, e1) of arange: b0 + i*delta in the dtype (numpy's second value exactly)."""
+
+    PLAN_OK = True
+
+    def __init__(self, b0, delta, second, dtype):
+        self.b0, self.delta, self.second, self.dtype = b0, delta, second, np.dtype(dtype)
+
+    def __call__(self, e0, e1):
+        dtype = self.dtype
+        if dtype.kind in "iub":
+            return (np.arange(e0, e1, dtype=np.int64) * self.delta + self.b0).astype(dtype)
+        y = np.arange(e0, e1, dtype=np.int64).astype(dtype) * self.delta + self.b0
+        if e0 <= 1 < e1:
+            y[1 - e0] = self.second     # numpy's second value is start + step, then cast
+        return y
+
+
+class Linspace:
+    """values(e0, e1) of linspace, computed as numpy.linspace does."""
+
+    PLAN_OK = True
+
+    def __init__(self, s0, delta, step, div, num, endpoint, stop, dt, dtype):
+        self.s0, self.delta, self.step, self.div, self.num = s0, delta, step, div, num
+        self.endpoint, self.stop, self.dt, self.dtype = endpoint, stop, dt, dtype
+
+    def __call__(self, e0, e1):
+        step, div = self.step, self.div
+        any_step_zero = step == 0 if np.isscalar(step) or np.ndim(step) == 0 else False
+        y = np.arange(e0, e1, dtype=np.int64).astype(self.dt)
+        if div > 0:
+            y = y / div * self.delta if any_step_zero else y * step
+        else:
+            y = y * self.delta
+        y = y + self.s0
+        if self.endpoint and self.num > 1 and e1 == self.num:
+            y[-1] = self.stop
+        if self.dtype.kind in "iu":
+            y = np.floor(y)
+        return y.astype(self.dtype, copy=False)
 
 
 def _done(pool, alloc):
@@ -91,8 +187,8 @@ def empty(shape, dtype=float, *, placement=None, access="readwrite"):
 def zeros(shape, dtype=float, *, placement=None, access="readwrite"):
     """A new array of zeros (slabs never used before are already zero and not written)."""
     x, fresh = _new(shape, dtype, placement, access, "zeros")
-    z = np.zeros(x._a.pool.slab_size // x.itemsize, x.dtype)
-    return _fill(x, fresh, lambda e0, e1: z[:e1 - e0], skip_fresh=True)
+    return _fill(x, fresh, Repeat(0, x.dtype, x._a.pool.slab_size // x.itemsize),
+                 skip_fresh=True)
 
 
 def ones(shape, dtype=float, *, placement=None, access="readwrite"):
@@ -105,8 +201,8 @@ def full(shape, fill_value, dtype=None, *, placement=None, access="readwrite"):
     if dtype is None:
         dtype = np.array(fill_value).dtype
     x, fresh = _new(shape, dtype, placement, access, f"full {_value(fill_value)}")
-    v = np.full(x._a.pool.slab_size // x.itemsize, fill_value, x.dtype)
-    return _fill(x, fresh, lambda e0, e1: v[:e1 - e0])
+    v = np.full(1, fill_value, x.dtype)[0]       # numpy's conversion (and its errors) here
+    return _fill(x, fresh, Repeat(v, x.dtype, x._a.pool.slab_size // x.itemsize))
 
 
 def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="readwrite"):
@@ -129,16 +225,8 @@ def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="read
                     f"arange {_value(start)} {_value(stop)} {_value(step)}")
     if dtype.kind in "iub":
         b0, delta = int(b0), int(delta)
-
-        def values(e0, e1):
-            return (np.arange(e0, e1, dtype=np.int64) * delta + b0).astype(dtype)
-    else:
-        def values(e0, e1):
-            y = np.arange(e0, e1, dtype=np.int64).astype(dtype) * delta + b0
-            if e0 <= 1 < e1:
-                y[1 - e0] = probe[1]     # numpy's second value is start + step, then cast
-            return y
-    return _fill(x, fresh, values)
+    second = probe[1] if len(probe) > 1 else None
+    return _fill(x, fresh, Arange(b0, delta, second, dtype))
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None, *, placement=None,
@@ -154,21 +242,7 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, *, placement=None,
                     f"linspace {_value(start)} {_value(stop)} {endpoint}")
     s0, delta = np.asarray(start, dt), np.asarray(stop, dt) - np.asarray(start, dt)
     step = delta / div if div > 0 else np.nan
-    any_step_zero = step == 0 if np.isscalar(step) or np.ndim(step) == 0 else False
-
-    def values(e0, e1):
-        y = np.arange(e0, e1, dtype=np.int64).astype(dt)
-        if div > 0:
-            y = y / div * delta if any_step_zero else y * step
-        else:
-            y = y * delta
-        y = y + s0
-        if endpoint and num > 1 and e1 == num:
-            y[-1] = stop
-        if dtype.kind in "iu":
-            y = np.floor(y)
-        return y.astype(dtype, copy=False)
-    return _fill(x, fresh, values)
+    return _fill(x, fresh, Linspace(s0, delta, step, div, num, endpoint, stop, dt, dtype))
 
 
 def from_numpy(arr, *, placement=None, access="readwrite"):

@@ -25,26 +25,47 @@ def _seed(seed, access):
     return s
 
 
-def _generate(shape, dtype, seed, draw, placement, access, what):
-    x, fresh = _new(shape, dtype, placement, access,
-                    what if seed is None else f"{what} seed {int(seed)}")
-    seed = _seed(seed, access)
-    memo = {}
+class Draw:
+    """values(e0, e1) of a seeded random array: the blocks [e0, e1) overlaps, each from its
+    own generator (a class, not a closure, so a plan can carry it to the members)."""
 
-    def block(b):
+    PLAN_OK = True
+
+    def __init__(self, seed, method, dtype, args=(), kw=None):
+        self.seed, self.method, self.dtype = int(seed), method, np.dtype(dtype)
+        self.args, self.kw = tuple(args), dict(kw or {})
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in ("seed", "method", "dtype", "args", "kw")}
+
+    def __setstate__(self, st):
+        self.__dict__.update(st)
+
+    def _block(self, b):
+        memo = self.__dict__.setdefault("_memo", {})
         got = memo.get(b)
         if got is None:
             memo.clear()                     # slabs are filled in order: one block is enough
-            got = memo[b] = draw(np.random.default_rng([seed, b]), BLOCK)
+            g = np.random.default_rng([self.seed, b])
+            if self.method not in ("random", "standard_normal", "integers"):
+                raise ValueError(f"unknown random method {self.method!r}")
+            got = memo[b] = getattr(g, self.method)(*self.args, BLOCK, dtype=self.dtype,
+                                                    **self.kw)
         return got
 
-    def values(e0, e1):
+    def __call__(self, e0, e1):
         parts = []
         for b in range(e0 // BLOCK, (e1 - 1) // BLOCK + 1):
             lo, hi = max(e0, b * BLOCK), min(e1, (b + 1) * BLOCK)
-            parts.append(block(b)[lo - b * BLOCK:hi - b * BLOCK])
+            parts.append(self._block(b)[lo - b * BLOCK:hi - b * BLOCK])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return _fill(x, fresh, values)
+
+
+def _generate(shape, dtype, seed, method, args, kw, placement, access, what):
+    x, fresh = _new(shape, dtype, placement, access,
+                    what if seed is None else f"{what} seed {int(seed)}")
+    seed = _seed(seed, access)
+    return _fill(x, fresh, Draw(seed, method, dtype, args, kw))
 
 
 def random(shape, *, seed=None, dtype=np.float64, placement=None, access="readwrite"):
@@ -52,8 +73,7 @@ def random(shape, *, seed=None, dtype=np.float64, placement=None, access="readwr
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"random() makes float32 or float64, not {dtype}")
-    return _generate(shape, dtype, seed, lambda g, n: g.random(n, dtype=dtype), placement,
-                     access, "random")
+    return _generate(shape, dtype, seed, "random", (), {}, placement, access, "random")
 
 
 def standard_normal(shape, *, seed=None, dtype=np.float64, placement=None, access="readwrite"):
@@ -61,8 +81,8 @@ def standard_normal(shape, *, seed=None, dtype=np.float64, placement=None, acces
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"standard_normal() makes float32 or float64, not {dtype}")
-    return _generate(shape, dtype, seed, lambda g, n: g.standard_normal(n, dtype=dtype),
-                     placement, access, "standard_normal")
+    return _generate(shape, dtype, seed, "standard_normal", (), {}, placement, access,
+                     "standard_normal")
 
 
 def integers(low, high=None, shape=(), *, seed=None, dtype=np.int64, endpoint=False,
@@ -71,6 +91,5 @@ def integers(low, high=None, shape=(), *, seed=None, dtype=np.int64, endpoint=Fa
     endpoint=True), as numpy's Generator.integers."""
     dtype = np.dtype(dtype)
     np.random.default_rng(0).integers(low, high, 1, dtype=dtype, endpoint=endpoint)  # checks
-    return _generate(shape, dtype, seed,
-                     lambda g, n: g.integers(low, high, n, dtype=dtype, endpoint=endpoint),
+    return _generate(shape, dtype, seed, "integers", (low, high), {"endpoint": endpoint},
                      placement, access, f"integers {low!r} {high!r} {endpoint}")

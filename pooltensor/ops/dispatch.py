@@ -18,7 +18,7 @@ import numpy as np
 
 from ..array.array import ndarray
 from ..errors import FallbackWarning, MaterializeTooLarge
-from . import executor
+from . import executor, kernels
 
 HANDLED = {}     # numpy function (or ufunc) -> implementation for pool arrays
 
@@ -104,8 +104,7 @@ def _write_back(o, v):
     executor.run(_cast_into, [o], [np.asarray(v)], what="out=")
 
 
-def _cast_into(parts, dsts):
-    np.copyto(dsts[0], parts[0], casting="unsafe")
+_cast_into = kernels.Assign()
 
 
 def _types_ok(types):

@@ -33,9 +33,11 @@ from ..array.array import ndarray
 from ..array.creation import _check_dtype, _new, _shape
 from ..cache import prefetch, transfer
 from ..cache.layout import contiguous, extent
-from ..pool import agree
+from ..cache.populate import populate
+from ..pool import agree, work
 from ..pool.placement import Explicit
 from ..pool.runtime import current
+from . import kernels
 
 BLOCK_BYTES = 4 << 20     # largest unit of local slabs: numpy's passes stay in the CPU caches
 
@@ -179,7 +181,12 @@ def units(x):
 
 
 def _mine(pool, owner, coll):
-    return not coll or owner == pool.me
+    """Does this process compute a unit homed by `owner`? coll: False (every unit), True (its
+    own: SPMD, or a member), or the set of homes it computes for (a plain script whose
+    members compute theirs)."""
+    if coll is True:
+        return owner == pool.me
+    return not coll or owner in coll
 
 
 # -- reading and writing pieces --------------------------------------------------------------------
@@ -332,8 +339,7 @@ def copy(x, like=None):
     return out
 
 
-def _assign(parts, dsts):
-    np.copyto(dsts[0], parts[0], casting="unsafe")
+_assign = kernels.Assign()
 
 
 # -- the executor ---------------------------------------------------------------------------------
@@ -369,29 +375,113 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
                           targets=outs, operands=operands)
         if not fresh:
             agree.check(pool.world, call)     # before any write, and before copies below
-    ops = []
+    ops, values = [], []
     for v in operands:
         if isinstance(v, ndarray):
             for o in outs:
                 if _overlaps(o, v):
                     v = copy(v)
                     break
+        values.append(v)
         ops.append(_Op(v, len(shape)))
+    # a plain script's members compute the units they home (pool/work.py)
+    doers = work.doers(pool, x) if not coll and getattr(kernel, "PLAN_OK", False) else ()
+    rnd = None
+    if doers:
+        rnd = work.start(pool, doers, ("run", kernel, list(outs), values, fill, fresh),
+                         _code(kernel))
+        if rnd is not None:
+            coll = frozenset(range(pool.size)) - frozenset(doers)
     scratch = _Scratch.take()
     err = None
     try:
+        if fresh:
+            _prepare(outs, pool, coll)
         _execute(kernel, outs, ops, pool, coll, fill, scratch)
     except Exception as e:           # noqa: BLE001  (re-raised below, on every rank)
-        if call is None:
+        if call is None and rnd is None:
             raise
         err = e
     finally:
         scratch.give()
+    if rnd is not None:
+        try:
+            rnd.wait(err)
+        finally:
+            written_elsewhere(pool, outs, doers)
+        return
+    if err is not None and call is None:
+        raise err
     if call is not None:
         if pool.sync(call, failed=err is not None):
             _raise_agreed(pool, err)
     elif coll:
         pool.sync()
+
+
+def _code(kernel):
+    """The user code a kernel carries (map_blocks), pickled for the members (cloudpickle:
+    functions of the script's __main__, lambdas and closures travel by value); None when
+    the kernel is all vocabulary."""
+    fn = getattr(kernel, "fn", None)
+    if fn is None:
+        return None
+    import cloudpickle
+    return cloudpickle.dumps(fn, protocol=5)
+
+
+def written_elsewhere(pool, outs, doers):
+    """After members wrote their units of outs: this process's cached copies of those slabs
+    are stale (mapped and local memory are not)."""
+    S = pool.slab_size
+    keys = []
+    for o in outs:
+        a = o._a
+        if o.size == 0:
+            continue
+        lo, hi = extent(o._off, o._shape, o._strides, o.itemsize)
+        for k in range(lo // S, (hi - 1) // S + 1):
+            if a.members[k] in doers:
+                keys.append((a.heap, a.members[k], a.slots[k]))
+    pool.cache.discard_keys(keys)
+    pool.cache.gen += 1
+
+
+def _prepare(outs, pool, coll):
+    """Fresh targets: fault in this process's pages of them in one call each (a page at a
+    time inside numpy's loop costs several times more on a virtual machine)."""
+    S = pool.slab_size
+    for o in outs:
+        a = o._a
+        if o.size == 0 or a.heap == "pv":
+            continue
+        base = pool.local[a.heap]
+        lo, hi = extent(o._off, o._shape, o._strides, o.itemsize)
+        k = lo // S
+        while k <= (hi - 1) // S:
+            if a.members[k] != pool.me:
+                k += 1
+                continue
+            j = k
+            while j < (hi - 1) // S and a.members[j + 1] == pool.me and \
+                    a.slots[j + 1] == a.slots[j] + 1:
+                j += 1
+            b0 = a.slots[k] * S + max(lo - k * S, 0)
+            b1 = a.slots[j] * S + min(hi - j * S, S)
+            populate(base, b0, b1, write=True)
+            k = j + 1
+
+
+def run_here(pool, kernel, outs, values, fill, fresh):
+    """A member's part of run(): the units of outs it homes (the plan the script sent)."""
+    ops = [_Op(v, len(outs[0]._shape)) for v in values]
+    if fresh:
+        _prepare(outs, pool, True)
+    scratch = _Scratch.take()
+    try:
+        _execute(kernel, outs, ops, pool, True, fill, scratch)
+    finally:
+        scratch.give()
 
 
 def _raise_agreed(pool, err):
@@ -516,21 +606,50 @@ def _box_dst(o, box, fill, scratch, key):
     return arr, True
 
 
+def _first(v):
+    """A one-element-per-axis numpy sample of an operand (for map_blocks' result dtype)."""
+    if isinstance(v, ndarray):
+        if v.size == 0:
+            return np.empty((0,) * max(1, v.ndim), v.dtype)
+        return v[(slice(0, 1),) * v.ndim].to_numpy() if v.ndim else np.asarray(v.to_numpy())
+    if isinstance(v, np.ndarray) and v.ndim:
+        return v[(slice(0, 1),) * v.ndim]
+    return v
+
+
+def map_blocks_new(fn, x, *args, dtype=None):
+    """pooltensor.map_blocks(fn, x, *args, dtype=None): a new pool array, fn applied to each
+    slab-aligned block of x where the block lives, with the matching parts of args (pool
+    arrays and numpy arrays broadcast with x, scalars as they are).
+
+    In a plain script, the member processes run fn on the blocks they home (fn travels by
+    value: lambdas and closures work; whatever it captures is copied to each member). fn must
+    work elementwise-alike: its result for a block is broadcast to the block's shape and cast
+    to the result's dtype. The result's shape is numpy's broadcast of x and args; its dtype is
+    `dtype`, else that of fn applied to one element of each."""
+    if not isinstance(x, ndarray):
+        raise TypeError(f"map_blocks takes a pool array, not {type(x).__name__}")
+    vals = [np.asarray(v) if isinstance(v, (list, tuple)) else v for v in args]
+    shape = np.broadcast_shapes(x.shape, *[tuple(v.shape) for v in vals
+                                           if isinstance(v, (ndarray, np.ndarray))])
+    if dtype is None:
+        dtype = np.asarray(fn(_first(x), *[_first(v) for v in vals])).dtype
+    out = new_like(shape, dtype, like=x if tuple(x.shape) == shape else None,
+                   what=f"map_blocks {getattr(fn, '__qualname__', type(fn).__name__)} result")
+    return map_blocks(fn, out, x, *vals)
+
+
 def map_blocks(fn, out, *operands):
     """out = fn(*operands), computed blockwise where out's slabs live.
 
     For each block of `out` this process handles (SPMD: the ones it homes; a plain script:
-    all, streamed), fn is called on numpy arrays: the matching part of every operand (pool
-    arrays and numpy arrays broadcast to the block's shape, scalars as they are), and its
-    result is cast into the block (numpy's broadcasting, 'unsafe' casting as numpy's
-    assignment). Returns once the writes are visible everywhere (SPMD: the pool's sync)."""
-    def kernel(parts, dsts):
-        d = dsts[0]
-        parts = [np.broadcast_to(p, d.shape) if isinstance(p, np.ndarray) else p
-                 for p in parts]
-        d[...] = fn(*parts)
-    run(kernel, [out], [np.asarray(v) if isinstance(v, (list, tuple)) else v
-                        for v in operands],
+    its own, while its member processes do theirs), fn is called on numpy arrays: the
+    matching part of every operand (pool arrays and numpy arrays broadcast to the block's
+    shape, scalars as they are), and its result is cast into the block (numpy's broadcasting,
+    'unsafe' casting as numpy's assignment). Returns once the writes are visible everywhere
+    (SPMD: the pool's sync)."""
+    run(kernels.Func(fn), [out], [np.asarray(v) if isinstance(v, (list, tuple)) else v
+                                  for v in operands],
         what=f"map_blocks {getattr(fn, '__qualname__', type(fn).__name__)}")
     return out
 

@@ -29,8 +29,8 @@ import numpy as np
 from ..array.array import ndarray
 from ..array.creation import _new, zeros
 from ..cache import transfer
-from ..pool import agree
-from . import reducer, tiles
+from ..pool import agree, work
+from . import executor, reducer, tiles
 from .dispatch import fallback, implements
 from .reducer import Job, _wide
 from .shape import assign
@@ -161,24 +161,50 @@ def _rows(a, B, rdt, call):
                                      lambda idx: tuple(idx[:n]) + (np.zeros_like(idx[0]),))
         out = _new(out_shape, rdt, place, "readwrite", "matmul result")[0]
     coll = tiles.collective(a)
+    rnd = None
+    if not coll:                   # a plain script's members compute the rows they home
+        ds = work.doers(pool, a)
+        rnd = work.start(pool, ds, ("rows", a, B, out, rdt))
+        if rnd is not None:
+            coll = frozenset(range(pool.size)) - frozenset(ds)
+    err = None
+    try:
+        rows_here(a, B, out, rdt, coll)
+    except Exception as e:         # noqa: BLE001  (raised once the members answered)
+        if rnd is None:
+            raise
+        err = e
+    if rnd is not None:
+        try:
+            rnd.wait(err)
+        finally:
+            executor.written_elsewhere(pool, [out], ds)
+    elif coll:
+        pool.sync(call)
+    return out
+
+
+def rows_here(a, B, out, rdt, coll=True):
+    """The row tiles of a @ B this process computes (see tiles.handles; a member: its own),
+    each written where its result rows live."""
+    pool = a._a.pool
+    K = a.shape[-1]
+    lead = a.shape[:-1]
     row_tiles = tiles.split(lead, K * a.itemsize, tiles.target(pool))
-    work = [((s + (0,), e + (K,)), (s + (0,) * (B.ndim - 1), e + B.shape[1:]))
+    todo = [((s + (0,), e + (K,)), (s + (0,) * (B.ndim - 1), e + B.shape[1:]))
             for s, e in row_tiles]
     if coll:
-        work = [w for w in work if tiles.owner(a, *w[0]) == pool.me]
+        todo = [w for w in todo if tiles.handles(pool, tiles.owner(a, *w[0]), coll)]
     scratch = tiles.Scratch()
-    for i, (src, dst) in enumerate(work):
-        if not coll and i + 1 < len(work):
-            tiles.hint(a, *work[i + 1][0])
+    for i, (src, dst) in enumerate(todo):
+        if coll is not True and i + 1 < len(todo):
+            tiles.hint(a, *todo[i + 1][0])
         blk = tiles.read(a, src[0], src[1], scratch)
         res = np.matmul(blk, B)
         if res.dtype != rdt:
             res = res.astype(rdt)
         off, shape, strides = tiles.view_of(out, *dst)
         transfer.write(pool, out._a, off, shape, strides, out.dtype, res.reshape(shape))
-    if coll:
-        pool.sync(call)
-    return out
 
 
 # -- contraction: the pool array's rows are summed over -----------------------------------------

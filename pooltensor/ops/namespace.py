@@ -10,7 +10,7 @@ defined here.
 import numpy as np
 
 from ..array.creation import full
-from . import dispatch, executor, ufuncs
+from . import dispatch, executor, kernels, ufuncs
 
 __array_api_version__ = "2023.12"
 API_VERSIONS = ("2021.12", "2022.12", "2023.12")
@@ -86,9 +86,7 @@ def _part(x, fn):
     dt = fn(np.empty(0, x.dtype)).dtype
     out = executor.new_like(x.shape, dt, like=x, what=f"{fn.__name__} result")
 
-    def kernel(parts, dsts):
-        np.copyto(dsts[0], fn(parts[0]), casting="unsafe")
-    executor.run(kernel, [out], [x], fresh=True, what=fn.__name__)
+    executor.run(kernels.Part(fn.__name__), [out], [x], fresh=True, what=fn.__name__)
     return out
 
 
@@ -162,8 +160,7 @@ def ones_like(x, /, *, dtype=None, device=None):
     return full_like(x, 1, dtype=dtype)
 
 
-def _fill(parts, dsts):
-    dsts[0][...] = parts[0]
+_fill = kernels.Fill()
 
 
 @dispatch.implements(np.round, np.around)

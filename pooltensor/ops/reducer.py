@@ -22,7 +22,7 @@ import numpy as np
 from ..array.array import ndarray
 from ..array.creation import _new
 from ..cache import layout, transfer
-from ..pool import agree
+from ..pool import agree, work
 from . import tiles
 
 _NoValue = np._NoValue
@@ -53,10 +53,13 @@ def _size(shape):
 
 class Job:
     """A reduction of array x over `axes`, as partial / combine / finish on numpy blocks.
+    Jobs hold only arrays, dtypes, ufuncs and numbers: a plan can carry one to the members.
 
     Partials are tuples of arrays shaped like their region of the result with the reduced
     axes kept (length 1); `dtypes` are their components' dtypes; `keep` is the result's
     shape with reduced axes kept; `dtype` the result's dtype."""
+
+    PLAN_OK = True
 
     def __init__(self, x, axes, dtype, dtypes):
         self.x, self.axes = x, axes
@@ -267,18 +270,56 @@ def _specs(job, keys_per_rank, slices):
     return out
 
 
+def _work(job, flat, coll, scratch, prefetching):
+    x = job.x
+    if flat:
+        return _flat_work(x, coll)
+    tl = tiles.split(x.shape, x.itemsize, tiles.target(x._a.pool))
+    return _tile_work(x, tiles.mine(x, tl, coll), scratch, prefetching)
+
+
+def partials_here(job, flat):
+    """A member's part of a plain script's reduction: its partials over the slabs it homes,
+    {region key: [slices, partial]} (the script combines them in member order)."""
+    return _accumulate(job, _work(job, flat, True, tiles.Scratch(), False), {})
+
+
+def _delegated(job, flat, pool):
+    """A plain script whose members compute: fold this process's share, then the members'
+    partials in member order (the same order every time: the same bytes every time)."""
+    ds = work.doers(pool, job.x)
+    rnd = work.start(pool, ds, ("reduce", job, flat))
+    if rnd is None:
+        ds = ()
+    err, acc = None, {}
+    try:
+        handled = frozenset(range(pool.size)) - frozenset(ds) if ds else False
+        acc = _accumulate(job, _work(job, flat, handled, tiles.Scratch(), True), {})
+    except Exception as e:             # noqa: BLE001  (raised once the members answered)
+        if rnd is None:
+            raise
+        err = e
+    if rnd is not None:
+        got = rnd.wait(err)
+        for m in sorted(got):
+            for k, (sl, p) in got[m].items():
+                cur = acc.get(k)
+                if cur is None:
+                    acc[k] = [sl, p]
+                else:
+                    cur[1] = job.combine(cur[1], p)
+    return acc
+
+
 def _run_small(job, flat, coll, call=None):
     """Input-driven: the result as a numpy array of shape job.keep (call: the reduction as
     the ranks compare it in SPMD; its row leads the partials they allgather)."""
     x = job.x
     pool = x._a.pool
-    scratch = tiles.Scratch()
-    if flat:
-        work = _flat_work(x, coll)
+    if not coll and pool.chans:
+        acc = _delegated(job, flat, pool)
     else:
-        tl = tiles.split(x.shape, x.itemsize, tiles.target(pool))
-        work = _tile_work(x, tiles.mine(x, tl, coll), scratch, not coll)
-    acc = _accumulate(job, work, {})
+        acc = _accumulate(job, _work(job, flat, coll, tiles.Scratch(), not coll), {})
     if coll:
         n = pool.size
         keys, slices, seen = [[] for _ in range(n)], {}, [set() for _ in range(n)]
@@ -290,6 +331,7 @@ def _run_small(job, flat, coll, call=None):
                 keys[r].append(())
             slices[()] = (slice(0, 1),)
         else:
+            tl = tiles.split(x.shape, x.itemsize, tiles.target(pool))
             for t in tl:
                 k, sl = job.region(*t)
                 r = tiles.owner(x, *t)

@@ -28,8 +28,8 @@ from numpy.lib.stride_tricks import as_strided
 from ..array.array import ndarray
 from ..array.creation import _new as _create
 from ..cache import layout, transfer
-from ..pool import agree
-from . import tiles
+from ..pool import agree, work
+from . import executor, tiles
 from .dispatch import implements
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
@@ -87,13 +87,52 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
                           operands=(call_src,))
         if not fresh:
             agree.check(pool.world, call)
+    rnd = None
+    if not coll:                   # a plain script's members write the tiles they home
+        ds = work.doers(pool, dst)
+        rnd = work.start(pool, ds, ("assign", dst, call_src))
+        if rnd is not None:
+            coll = frozenset(range(pool.size)) - frozenset(ds)
+    err = None
+    try:
+        _assign_tiles(dst, src, coll, it)
+    except Exception as e:         # noqa: BLE001  (raised once the members answered)
+        if rnd is None:
+            raise
+        err = e
+    if rnd is not None:
+        try:
+            rnd.wait(err)
+        finally:
+            executor.written_elsewhere(pool, [dst], ds)
+        return
+    if coll and sync:
+        pool.sync(call)
+
+
+def assign_here(dst, src):
+    """A member's part of a plain script's assign(): the tiles of dst it homes."""
+    if isinstance(src, ndarray):
+        if src.shape != dst.shape:
+            src = _view(src, lambda f: np.broadcast_to(f, dst.shape))
+        it = max(dst.itemsize, src.itemsize)
+    else:
+        src = np.broadcast_to(np.asarray(src), dst.shape)
+        it = max(dst.itemsize, src.dtype.itemsize)
+    _assign_tiles(dst, src, True, it)
+
+
+def _assign_tiles(dst, src, coll, it):
+    pool = dst._a.pool
+    src_pool = isinstance(src, ndarray)
     tl = tiles.split(dst.shape, it, tiles.target(pool))
-    work = tiles.mine(dst, tl, coll)
+    todo = tiles.mine(dst, tl, coll)
     scratch = tiles.Scratch()
-    for i, (s, e) in enumerate(work):
+    prefetching = coll is not True
+    for i, (s, e) in enumerate(todo):
         if src_pool:
-            if not coll and i + 1 < len(work):
-                tiles.hint(src, *work[i + 1])
+            if prefetching and i + 1 < len(todo):
+                tiles.hint(src, *todo[i + 1])
             blk = tiles.read(src, s, e, scratch)
         else:
             blk = src[tuple(slice(a, b) for a, b in zip(s, e))]
@@ -103,8 +142,6 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
             val[...] = blk                      # numpy's casting, as in x[...] = y
             blk = val
         transfer.write(pool, dst._a, off, shape, strides, dst.dtype, blk)
-    if coll and sync:
-        pool.sync(call)
 
 
 def copy_c(x):

@@ -94,12 +94,21 @@ def owner(x, starts, stops):
     return x._a.members[lo // x._a.pool.slab_size]
 
 
+def handles(pool, m, coll):
+    """Does this process work on what member m homes? coll: False (on everything), True (on
+    its own: SPMD, or a member), or the set of homes it works for (a plain script whose
+    members compute their own)."""
+    if coll is True:
+        return m == pool.me
+    return not coll or m in coll
+
+
 def mine(x, tiles, coll):
-    """The tiles this process works on (all of them unless `coll`)."""
+    """The tiles this process works on (see handles(); by the home of a tile's lowest byte)."""
     if not coll:
         return list(tiles)
-    me = x._a.pool.me
-    return [t for t in tiles if owner(x, *t) == me]
+    pool = x._a.pool
+    return [t for t in tiles if handles(pool, owner(x, *t), coll)]
 
 
 def placement_like(x, shape, dtype, to_x=None):
@@ -198,7 +207,7 @@ def flat_blocks(x, coll):
 
     Runs of this member's slabs (consecutive slots, up to RUN_BYTES) come as one zero-copy
     block each; a remote slab comes as a view of its cache frame, pinned while the block is
-    alive, the next remote slabs already in flight. coll: yield only the slabs homed here."""
+    alive, the next remote slabs already in flight. coll: as handles() says."""
     a = x._a
     pool = a.pool
     S = pool.slab_size
@@ -218,7 +227,7 @@ def flat_blocks(x, coll):
         buf = pool.local[a.heap] if m == me else (pool.mapped.get((a.heap, m))
                                                   if pool.mapped else None)
         if buf is not None:
-            if coll and m != me:
+            if coll and not handles(pool, m, coll):
                 k += 1
                 continue
             j = k
@@ -232,7 +241,7 @@ def flat_blocks(x, coll):
             yield (b0 - lo) // it, blk
             k = j + 1
             continue
-        if coll:
+        if coll and not handles(pool, m, coll):
             k += 1
             continue
         if depth:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..array.array import ndarray
 from ..errors import FallbackWarning
-from . import dispatch, executor, reductions
+from . import dispatch, executor, kernels, reductions
 
 _SCALARS = (bool, int, float, complex, numbers.Number)
 
@@ -137,7 +137,10 @@ def apply(func, inputs, out=None, where=True, nout=1, **kw):
     ops = inputs + ([where] if has_where else [])
     nin = len(inputs)
 
-    if has_where:
+    fname = getattr(func, "__name__", None)
+    if fname and getattr(np, fname, None) is func:      # numpy's own: members can run it
+        kernel = kernels.Ufunc(fname, nin, has_where, _plain_kw(kw), ufunc)
+    elif has_where:
         def kernel(parts, dsts):
             func(*parts[:nin], out=tuple(dsts), where=parts[nin], **kw)
     elif ufunc:
@@ -149,6 +152,14 @@ def apply(func, inputs, out=None, where=True, nout=1, **kw):
     executor.run(kernel, targets, ops, fill=has_where, fresh=all(o is None for o in outs),
                  what=name)
     return targets[0] if nout == 1 else tuple(targets)
+
+
+def _plain_kw(kw):
+    """ufunc keywords as a plan carries them: dtype types as numpy dtypes."""
+    out = {}
+    for k, v in kw.items():
+        out[k] = np.dtype(v) if isinstance(v, type) and issubclass(v, np.generic) else v
+    return out
 
 
 def _into_numpy(func, ufunc, inputs, outs, where, kw):
@@ -165,8 +176,7 @@ def _into_numpy(func, ufunc, inputs, outs, where, kw):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _assign(parts, dsts):
-    np.copyto(dsts[0], parts[0], casting="unsafe")
+_assign = kernels.Assign()
 
 
 def _defer(values):
@@ -265,11 +275,6 @@ def copy(x):
     return astype(x, x.dtype, copy=True)
 
 
-def _where_into(c, a, b, out):
-    np.copyto(out, b, casting="unsafe")
-    np.copyto(out, a, casting="unsafe", where=c if c.dtype == np.bool_ else c.astype(bool))
-
-
 def where(condition, x, y):
     """Elements of x where condition is true, else of y (np.where with three arguments):
     numpy's promotion and broadcasting, as a new pool array."""
@@ -286,10 +291,8 @@ def where(condition, x, y):
             with np.errstate(all="ignore"):
                 inputs[i] = np.asarray(inputs[i]).astype(dt)
 
-    def kernel(parts, dsts):
-        c = np.asarray(parts[0])
-        _where_into(c, parts[1], parts[2], dsts[0])
-    executor.run(kernel, [out], [cond, inputs[1], inputs[2]], fresh=True, what="where")
+    executor.run(kernels.Where(), [out], [cond, inputs[1], inputs[2]], fresh=True,
+                 what="where")
     return out
 
 
@@ -342,9 +345,8 @@ def _np_copyto(dst, src, casting="same_kind", where=True):
     if where is True:
         executor.run(_assign, [dst], [src], what="copyto")
     else:
-        def kernel(parts, dsts):
-            np.copyto(dsts[0], parts[0], casting="unsafe", where=parts[1])
-        executor.run(kernel, [dst], [src, _normalize(where)], fill=True, what="copyto where")
+        executor.run(kernels.AssignWhere(), [dst], [src, _normalize(where)], fill=True,
+                     what="copyto where")
 
 
 @dispatch.implements(np.astype)

@@ -1,13 +1,16 @@
-"""Member processes of a plain script's pool: ``python -m pooltensor.pool.member CONFIG``.
+"""The life of a plain script's member process (its entry point is ``pooltensor.ops.members``).
 
 ``pooltensor.init(members=N)`` in a plain script starts N-1 of these. They join a world with
 the script through the usual bootstrap (POOLTENSOR_RANK / WORLD_SIZE / COORDINATOR, the
-script being rank 0 and serving the rendezvous), expose their heaps exactly as the script's
-Pool does, and then only wait: the native engine serves every get and put into their memory
-without their Python. Their one job after start-up is lifecycle:
+script being rank 0 and serving the rendezvous) and expose their heaps exactly as the script's
+Pool does: the native engine serves every get and put into their memory without their Python.
+Their Python waits for plans on the socket pair to the script (pool/channel.py) and runs each
+with the handler the entry point gives (the operations live above this room), replying once
+per plan. Lifecycle:
 
 - the script's finalize() (also run at its exit) signals each member through a one-sided
-  notify on a small control window; the member leaves the world and exits;
+  notify on a small control window and closes the channel; the member leaves the world and
+  exits;
 - if the script dies instead (crash, SIGKILL), the member's wait fails with PeerLost (the
   native monitor watches the script's process), its parent-death signal fires, and a periodic
   parent check catches the rest: nothing is left running. Their memory is memfd-backed, so
@@ -15,13 +18,18 @@ without their Python. Their one job after start-up is lifecycle:
 """
 import json
 import os
+import select
 import signal
+import socket
 import sys
 
 import collectives
 from collectives.errors import PeerLost, Timeout
 
+from .channel import Channel
 from .pool import Pool
+
+MEMBER_CACHE = 64 << 20     # a member's slab cache: misaligned inputs faulted from its peers
 from .spawn import ENV_PARENT
 
 
@@ -37,11 +45,12 @@ def _die_with_parent(parent):
         os._exit(0)                           # the script is already gone
 
 
-def main(argv=None):
-    """Entry point of a member process (started by pooltensor.init(members=N))."""
+def main(argv=None, handle=None):
+    """Run a member process (started by pooltensor.init(members=N)): handle(pool, frame) ->
+    reply frame, for each plan the script sends."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m pooltensor.pool.member CONFIG (started by "
+        sys.stderr.write("usage: python -m pooltensor.ops.members CONFIG (started by "
                          "pooltensor.init(members=N), not by hand)\n")
         return 2
     cfg = json.loads(argv[0])
@@ -49,20 +58,48 @@ def main(argv=None):
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the script's: it stops us
     world = collectives.init(cfg.get("timeout"))
+    cache = cfg.get("cache_bytes")
     pool = Pool(world, role="member", slab_size=cfg["slab_size"], memory=cfg["memory"],
-                cache_bytes=1 << 20)
-    while True:
-        try:
-            pool.win_ctl.wait_local(0, 1, watch=0, timeout=1.0)
-            break                             # the script said stop
-        except Timeout:
-            if parent and os.getppid() != parent:
-                os._exit(0)
-        except PeerLost:
-            os._exit(0)
+                cache_bytes=MEMBER_CACHE if cache is None else min(int(cache), MEMBER_CACHE))
+    chan = None
+    if cfg.get("chan") is not None and handle is not None:
+        chan = Channel(socket.socket(fileno=int(cfg["chan"])), 0)
+    _serve(pool, chan, handle, parent)
     pool.closed = True
     collectives.finalize()
     return 0
+
+
+def _serve(pool, chan, handle, parent):
+    """Run plans until the script says stop (notify, or its end of the channel closes)."""
+    while True:
+        if chan is not None:
+            ready, _, _ = select.select([chan.sock], [], [], 1.0)
+            if ready:
+                try:
+                    frame = chan.recv(pool.timeout)
+                except (PeerLost, Timeout, OSError):
+                    break                    # the script closed its end: stopping, or gone
+                try:
+                    chan.send(handle(pool, frame))
+                except PeerLost:
+                    break
+                continue
+        else:
+            try:
+                pool.win_ctl.wait_local(0, 1, watch=0, timeout=1.0)
+                return                        # the script said stop
+            except Timeout:
+                pass
+            except PeerLost:
+                os._exit(0)
+        if parent and os.getppid() != parent:
+            os._exit(0)
+    # end of file on the channel: a stopping script notified first; a dead one did not
+    try:
+        pool.win_ctl.wait_local(0, 1, watch=0, timeout=2.0)
+    except (Timeout, PeerLost):
+        os._exit(0)
 
 
 if __name__ == "__main__":

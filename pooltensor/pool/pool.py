@@ -156,6 +156,8 @@ class Pool:
         self._procs = list(procs)
         self._owns_world = owns_world
         self.closed = False
+        self.chans = {}          # member -> work.Channel: members that compute (plain script)
+        self.broken = None       # the error that cut a member's channel, if one did
         # -- collective setup: the same calls in the same order on every process ----------
         cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role})
         if client:        # the servers say what they granted; any slab size suits them
@@ -565,6 +567,8 @@ class Pool:
                     self.win_ctl.notify(m, 0, 1)
                 except Exception:
                     pass
+            for ch in self.chans.values():
+                ch.close()                   # end of file: the member leaves at once
             spawn.stop(self._procs, world)
             return
         if getattr(sys, "last_value", None) is not None and self.spmd and self.size > 1:

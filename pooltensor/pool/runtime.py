@@ -180,13 +180,17 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
             if n == 1:
                 pool = Pool(collectives.init(timeout), role="plain", **kw)
             else:
-                procs, world = spawn.start(n, slab_size=slab_size or DEFAULT_SLAB,
-                                            memory=memory, timeout=timeout)
+                procs, world, chans = spawn.start(
+                    n, slab_size=slab_size or DEFAULT_SLAB, memory=memory, timeout=timeout,
+                    cache_bytes=kw.get("cache_bytes"))
                 try:
                     pool = Pool(world, role="plain", procs=procs, owns_world=True, **kw)
                 except BaseException:
                     spawn.kill(procs)
+                    for ch in chans.values():
+                        ch.close()
                     raise
+                pool.chans = chans          # the members compute their slabs (pool/work.py)
         _pool = pool
         _made = _made_with(pool, given)
         atexit.unregister(finalize)

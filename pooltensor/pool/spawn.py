@@ -14,6 +14,8 @@ import time
 
 import collectives
 
+from . import channel
+
 ENV_PARENT = "POOLTENSOR_MEMBER_PARENT"
 _BOOT_VARS = ("POOLTENSOR_RANK", "POOLTENSOR_WORLD_SIZE", "POOLTENSOR_COORDINATOR",
               "POOLTENSOR_LOCAL_RANK", "POOLTENSOR_LOCAL_SIZE")
@@ -33,23 +35,33 @@ def _import_path():
     return os.pathsep.join(parts)
 
 
-def start(n, *, slab_size, memory, timeout=None):
-    """Start members 1..n-1 and join them as rank 0: returns (processes, World)."""
+MEMBER_MAIN = "pooltensor.ops.members"      # the member's entry point (it runs operations)
+
+
+def start(n, *, slab_size, memory, timeout=None, cache_bytes=None):
+    """Start members 1..n-1 and join them as rank 0: returns (processes, World, channels),
+    channels a dict member -> channel.Channel (the plans' socket pair to that member)."""
     from collectives.launch import free_port
     port = free_port()
     coord = f"127.0.0.1:{port}"
-    cfg = json.dumps({"slab_size": int(slab_size), "memory": memory, "timeout": timeout})
+    cfg = {"slab_size": int(slab_size), "memory": memory, "timeout": timeout,
+           "cache_bytes": cache_bytes}
     env = {k: v for k, v in os.environ.items() if not k.startswith(_MPI_VARS)
            and k not in _BOOT_VARS}
     env.update(PYTHONPATH=_import_path(), POOLTENSOR_WORLD_SIZE=str(n),
                POOLTENSOR_COORDINATOR=coord, **{ENV_PARENT: str(os.getpid())})
-    procs = []
+    procs, chans = [], {}
     try:
         for r in range(1, n):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pooltensor.pool.member", cfg], stdin=subprocess.DEVNULL,
-                env=dict(env, POOLTENSOR_RANK=str(r), POOLTENSOR_LOCAL_RANK=str(r),
-                         POOLTENSOR_LOCAL_SIZE=str(n))))
+            chans[r], theirs = channel.pair(r)
+            try:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", MEMBER_MAIN, json.dumps(dict(cfg, chan=theirs.fileno()))],
+                    stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                    env=dict(env, POOLTENSOR_RANK=str(r), POOLTENSOR_LOCAL_RANK=str(r),
+                             POOLTENSOR_LOCAL_SIZE=str(n))))
+            finally:
+                theirs.close()
         w = collectives.world.current()
         if w is not None and w.size == 1:
             collectives.finalize()         # a world of one made earlier: replace it
@@ -74,8 +86,10 @@ def start(n, *, slab_size, memory, timeout=None):
                     os.environ[k] = v
     except BaseException:
         kill(procs)
+        for ch in chans.values():
+            ch.close()
         raise
-    return procs, world
+    return procs, world, chans
 
 
 def stop(procs, world, grace=10.0):

@@ -1,0 +1,249 @@
+"""Work members do for a plain script: the plans, how they are checked, the script's side.
+
+A plain script's member processes (``pooltensor.init(members=N)``) do not only lend memory:
+they compute the part of each whole-array operation whose output slabs they home, reading
+their own memory in place and faulting in any misaligned input from their peers one-sided, as
+SPMD ranks do. The script sends one *plan* per operation and member, computes its own slabs
+meanwhile, and gets back only small results (a reduction's partials, an error).
+
+Plans travel on the socket pair spawn.py made for each member (pool/channel.py).
+
+A plan is a tuple of plain values (operation names, dtypes, slices, scalars, small numpy
+operands) and pool arrays. Pool arrays travel as their view and slab map (persistent ids),
+never as bytes. The member's unpickler admits only numpy's own reconstructors, numpy ufuncs,
+a few builtins and pooltensor classes marked as part of the vocabulary (``PLAN_OK``): a plan
+cannot name any other callable. Code the user wrote (map_blocks) comes as a separate blob
+that only the script's own children load.
+"""
+import builtins
+import io
+import os
+import pickle
+import warnings
+
+import numpy as np
+
+from collectives.errors import PeerLost, Timeout
+
+from ..cache.layout import extent
+from .channel import MemberError
+from .pool import Allocation
+
+ENV_MIN = "POOLTENSOR_MEMBER_WORK_MIN"
+WORK_MIN = 4 << 20                   # output bytes a member must home to be sent its part
+
+
+# -- plans: pickling with pool arrays by reference, and a closed vocabulary ----------------------
+
+def _is_array(obj):
+    return isinstance(getattr(obj, "_a", None), Allocation) and hasattr(obj, "_strides")
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if _is_array(obj):
+            a = obj._a
+            return ("A", a.id, a.heap, a.nbytes, tuple(a.members), tuple(a.slots),
+                    obj._off, tuple(obj._shape), tuple(obj._strides), obj._dtype.str)
+        return None
+
+
+def dumps(obj):
+    """A plan as bytes (pool arrays by reference)."""
+    f = io.BytesIO()
+    _Pickler(f, protocol=5).dump(obj)
+    return f.getvalue()
+
+
+_BUILTINS = {"slice", "complex", "set", "frozenset", "range", "bytearray"}
+_NUMPY = {("numpy", "dtype"), ("numpy", "any"), ("numpy", "all"), ("numpy", "argmin"),
+          ("numpy", "argmax"), ("numpy", "ndarray"), ("numpy", "clip"),
+          ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
+          ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
+          ("numpy._core.multiarray", "_reconstruct"),
+          ("numpy.core.multiarray", "_reconstruct"), ("numpy._globals", "_NoValueType")}
+
+
+class _Unpickler(pickle.Unpickler):
+    """Loads a plan in a member: pool arrays rebuilt on this member's pool; globals only from
+    the vocabulary (MemberError for anything else, so a plan cannot run arbitrary code)."""
+
+    def __init__(self, data, pool, make_array):
+        super().__init__(io.BytesIO(data))
+        self.pool = pool
+        self.make_array = make_array
+        self.allocs = {}
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 10 and pid[0] == "A"):
+            raise MemberError(f"bad array reference in a plan: {pid!r}")
+        _, aid, heap, nbytes, members, slots, off, shape, strides, dt = pid
+        a = self.allocs.get(aid)
+        if a is None:
+            a = self.allocs[aid] = Allocation(self.pool, aid, nbytes, heap, list(members),
+                                              list(slots))
+        return self.make_array(a, off, tuple(shape), tuple(strides), np.dtype(dt))
+
+    def find_class(self, module, name):
+        if module == "builtins" and name in _BUILTINS:
+            return super().find_class(module, name)
+        if (module, name) in _NUMPY or (module == "numpy" and
+                                        isinstance(getattr(np, name, None), np.ufunc)):
+            return super().find_class(module, name)
+        if module.startswith("pooltensor.") and "." not in name:
+            obj = super().find_class(module, name)
+            if isinstance(obj, type) and getattr(obj, "PLAN_OK", False) is True:
+                return obj
+        raise MemberError(f"a plan may not name {module}.{name}: it is not an operation "
+                          f"members execute")
+
+
+def loads(data, pool, make_array):
+    """A plan from bytes, in a member (see _Unpickler)."""
+    return _Unpickler(data, pool, make_array).load()
+
+
+# -- the script's side ---------------------------------------------------------------------------
+
+def work_min():
+    """Output bytes a member must home in an operation for it to compute them itself (below
+    that the script does it: a round trip costs more than the work)."""
+    v = os.environ.get(ENV_MIN, "").strip()
+    if not v:
+        return WORK_MIN
+    try:
+        return max(0, int(v))
+    except ValueError:
+        raise ValueError(f"${ENV_MIN} must be a number of bytes, not {v!r}") from None
+
+
+def doers(pool, target):
+    """The members that compute their own part of an operation whose output is `target` (a
+    pool array): a plain script's member processes that home at least work_min() bytes of it.
+    Empty outside a plain script with members."""
+    chans = getattr(pool, "chans", None)
+    if not chans or pool.closed:
+        return ()
+    a = target._a
+    if a.heap == "pv" or target.size == 0:
+        return ()
+    S = pool.slab_size
+    lo, hi = extent(target._off, target._shape, target._strides, target.itemsize)
+    per = {}
+    for k in range(lo // S, (hi - 1) // S + 1):
+        m = a.members[k]
+        if m in chans:
+            per[m] = per.get(m, 0) + S
+    least = work_min()
+    return tuple(sorted(m for m, b in per.items() if b >= least))
+
+
+class Round:
+    """One operation's plans out to some members and their replies back.
+
+    Usage: r = Round(pool, members, plan); ... the script's own work ...; results = r.wait()
+    (a dict member -> reply value). wait() always drains every member's reply, so the channels
+    stay in step even when the script's own part or one member failed; it then raises the
+    first failure (the script's own error first, then in member order)."""
+
+    def __init__(self, pool, members, plan, code=None):
+        self.pool = pool
+        self.members = tuple(members)
+        self.sent = []
+        msg = dumps((plan, code, np.geterr()))      # before anything is sent (see start())
+        for m in self.members:
+            ch = pool.chans[m]
+            try:
+                ch.send(msg)
+            except PeerLost as e:
+                pool.broken = e
+                self._drain()
+                raise
+            self.sent.append(m)
+
+    def _drain(self):
+        out, first = {}, None
+        for m in self.sent:
+            ch = self.pool.chans[m]
+            try:
+                raw = ch.recv(self.pool.timeout, alive=_alive(self.pool, m))
+                status, value = pickle.loads(raw)
+            except (PeerLost, Timeout) as e:
+                self.pool.broken = e
+                first = first or e
+                continue
+            except Exception as e:         # noqa: BLE001  (a reply that does not decode)
+                first = first or MemberError(f"member {m}: unreadable reply ({e})")
+                continue
+            if status == "ok":
+                out[m], said = value
+                for category, text in said:
+                    _rewarn(category, text)
+            elif first is None:
+                first = _member_exception(m, value)
+        self.sent = []
+        return out, first
+
+    def wait(self, own_error=None):
+        """The members' replies (member -> value); raises own_error, or a member's error."""
+        out, first = self._drain()
+        if own_error is not None:
+            raise own_error
+        if first is not None:
+            raise first
+        return out
+
+
+def start(pool, members, plan, code=None):
+    """A Round of `plan` to `members`, or None when there is nobody to send it to or the plan
+    cannot travel (an operand that does not pickle): the caller then does all the work."""
+    if not members:
+        return None
+    check(pool)
+    try:
+        return Round(pool, members, plan, code)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+
+
+def _alive(pool, m):
+    procs = getattr(pool, "_procs", ())
+
+    def alive():
+        p = procs[m - 1] if 0 < m <= len(procs) else None
+        return p is None or p.poll() is None
+    return alive
+
+
+def _rewarn(category, text):
+    """A warning a member's numpy gave (RuntimeWarning: overflow ...), issued here once per
+    place, as the script's own numpy would have."""
+    cls = getattr(builtins, category, None)
+    if not (isinstance(cls, type) and issubclass(cls, Warning)):
+        cls = RuntimeWarning
+    warnings.warn(text, cls, stacklevel=5)
+
+
+def _member_exception(m, value):
+    """The exception a member sent (pickled), re-raised here with the member named."""
+    blob, text = value
+    try:
+        exc = pickle.loads(blob)
+    except Exception:                      # noqa: BLE001
+        exc = None
+    if not isinstance(exc, BaseException):
+        return MemberError(f"member {m}: {text}")
+    try:
+        exc.add_note(f"raised by member {m} while computing the slabs it homes")
+    except AttributeError:
+        pass
+    return exc
+
+
+def check(pool):
+    """Raise the error that broke the members' channels, if one did (the world is not usable
+    for member work after a member died: finalize and init again)."""
+    err = getattr(pool, "broken", None)
+    if err is not None:
+        raise PeerLost(f"a member of this pool was lost earlier ({err}); call "
+                       f"pooltensor.finalize() and pooltensor.init() again") from err
