@@ -17,6 +17,11 @@ if str(SCRIPTS) not in sys.path:
 
 SLAB = 64     # a few elements a slab: selections cross slab boundaries and members
 
+# A plain script's members compute their part of every operation, however small, so the
+# tests' small arrays take the members' path (the default leaves work under 4 MiB a member
+# to the script: test_members.py pins that threshold).
+os.environ.setdefault("POOLTENSOR_MEMBER_WORK_MIN", "0")
+
 
 def pool_fixture(*pools, **init):
     """A module-scoped `pool` fixture: a pool built in this process (a plain script as far as

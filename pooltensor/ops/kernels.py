@@ -10,16 +10,26 @@ where, fills; user code only through ``Func`` (map_blocks), whose callable trave
 import numpy as np
 
 
+FUNCS = ("clip", "round", "around")     # elementwise numpy functions with out=, not ufuncs
+
+
+def plannable(func):
+    """Can a Ufunc kernel name `func` (numpy's own ufunc, or one of FUNCS)?"""
+    name = getattr(func, "__name__", None)
+    return bool(name) and getattr(np, name, None) is func and (
+        isinstance(func, np.ufunc) or name in FUNCS)
+
+
 def _numpy_func(name):
-    """A numpy ufunc (or np.clip) by name; ValueError for anything else."""
+    """A numpy ufunc (or one of FUNCS) by name; ValueError for anything else."""
     f = getattr(np, name, None)
-    if isinstance(f, np.ufunc) or name == "clip":
+    if isinstance(f, np.ufunc) or name in FUNCS:
         return f
     raise ValueError(f"{name!r} is not a numpy ufunc")
 
 
 class Ufunc:
-    """numpy function `name` (a ufunc, or np.clip) with out= into the targets; nin inputs,
+    """numpy function `name` (a ufunc, or one of FUNCS) with out= into the targets; nin inputs,
     then the where= mask when has_where; kw: dtype=, casting=, ... as numpy takes them."""
 
     PLAN_OK = True

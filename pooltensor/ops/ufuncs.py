@@ -137,9 +137,8 @@ def apply(func, inputs, out=None, where=True, nout=1, **kw):
     ops = inputs + ([where] if has_where else [])
     nin = len(inputs)
 
-    fname = getattr(func, "__name__", None)
-    if fname and getattr(np, fname, None) is func:      # numpy's own: members can run it
-        kernel = kernels.Ufunc(fname, nin, has_where, _plain_kw(kw), ufunc)
+    if kernels.plannable(func):           # numpy's own: members can run it
+        kernel = kernels.Ufunc(func.__name__, nin, has_where, _plain_kw(kw), ufunc)
     elif has_where:
         def kernel(parts, dsts):
             func(*parts[:nin], out=tuple(dsts), where=parts[nin], **kw)

@@ -139,7 +139,10 @@ class Pool:
         self.me, self.size = world.rank, world.size
         self.spmd = role == "spmd"
         self.coherent = self.spmd and self.size > 1     # other processes cache and write too
-        self.exclusive = not self.coherent              # the only writer: may rewrite ranges
+        # the only writer: may rewrite whole ranges around what it writes (not a member: the
+        # script and the other members write next to it; runtime clears it for a script
+        # whose members compute)
+        self.exclusive = not self.coherent and role != "member"
         self.slab_size = check_slab_size(slab_size if slab_size is not None else DEFAULT_SLAB)
         S = self.slab_size
         if memory is None:

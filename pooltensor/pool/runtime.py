@@ -191,6 +191,7 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
                         ch.close()
                     raise
                 pool.chans = chans          # the members compute their slabs (pool/work.py)
+                pool.exclusive = False      # ... so they write next to this process
         _pool = pool
         _made = _made_with(pool, given)
         atexit.unregister(finalize)

@@ -64,6 +64,12 @@ _NUMPY = {("numpy", "dtype"), ("numpy", "any"), ("numpy", "all"), ("numpy", "arg
           ("numpy.core.multiarray", "_reconstruct"), ("numpy._globals", "_NoValueType")}
 
 
+def _numpy_value(name):
+    """numpy.<name> is a ufunc or a scalar type (np.float64 as a dtype= argument)."""
+    obj = getattr(np, name, None)
+    return isinstance(obj, np.ufunc) or (isinstance(obj, type) and issubclass(obj, np.generic))
+
+
 class _Unpickler(pickle.Unpickler):
     """Loads a plan in a member: pool arrays rebuilt on this member's pool; globals only from
     the vocabulary (MemberError for anything else, so a plan cannot run arbitrary code)."""
@@ -87,8 +93,7 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if module == "builtins" and name in _BUILTINS:
             return super().find_class(module, name)
-        if (module, name) in _NUMPY or (module == "numpy" and
-                                        isinstance(getattr(np, name, None), np.ufunc)):
+        if (module, name) in _NUMPY or (module == "numpy" and _numpy_value(name)):
             return super().find_class(module, name)
         if module.startswith("pooltensor.") and "." not in name:
             obj = super().find_class(module, name)
