@@ -161,6 +161,7 @@ class Pool:
         self.closed = False
         self.chans = {}          # member -> work.Channel: members that compute (plain script)
         self.broken = None       # the error that cut a member's channel, if one did
+        self.plans = {}          # plans sent to members, by kind (run, reduce, fill, ...)
         # -- collective setup: the same calls in the same order on every process ----------
         cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role})
         if client:        # the servers say what they granted; any slab size suits them
@@ -304,7 +305,7 @@ class Pool:
                         "each rank), a member list, or access='private' for this rank alone")
                 free = [self.nslabs[m] - self._used[m] for m in range(self.size)]
                 allowed = policy if isinstance(policy, tuple) else range(self.size)
-                if self.role == "client":
+                if self.role == "client" and not isinstance(policy, _placement.Explicit):
                     _placement.plan_servers(policy, 0, free)     # policy errors come first
                 # before any per-slab list is made: a request the allowed members could never
                 # hold, or cannot hold now, costs nothing in proportion to its size
@@ -540,7 +541,7 @@ class Pool:
                     "private": {"member": self.me, "used": (pv.nslabs - pv.nfree) * S,
                                 "free": pv.nfree * S,
                                 "fragmentation": round(pv.fragmentation(), 4)},
-                    "cache": self.cache.stats()}
+                    "cache": self.cache.stats(), "plans": dict(self.plans)}
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.size} member(s)"

@@ -165,6 +165,7 @@ class Round:
                 self._drain()
                 raise
             self.sent.append(m)
+        pool.plans[plan[0]] = pool.plans.get(plan[0], 0) + len(self.members)
 
     def _drain(self):
         out, first = {}, None
@@ -223,7 +224,7 @@ def _alive(pool, m):
 def _rewarn(category, text):
     """A warning a member's numpy gave (RuntimeWarning: overflow ...), issued here once per
     place, as the script's own numpy would have."""
-    cls = getattr(builtins, category, None)
+    cls = getattr(builtins, category, None) or getattr(np.exceptions, category, None)
     if not (isinstance(cls, type) and issubclass(cls, Warning)):
         cls = RuntimeWarning
     warnings.warn(text, cls, stacklevel=5)
