@@ -250,3 +250,45 @@ def test_member_killed_mid_operation_is_peer_lost():
     assert "AFTER LOST True" in out.stdout
     assert "NEW 200.0" in out.stdout
     assert time.monotonic() - t < 90
+
+
+AHEAD = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import pooltensor as pt
+    pool = pt.init(members=2, slab_size=1 << 20, memory=256 << 20)
+    pid = pool._procs[0].pid
+
+    def shmem_kib():
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1])
+        return 0
+    before = shmem_kib()
+    x = pt.full((1 << 20,), 1.0, dtype=np.float32, placement=[1])      # 4 MiB on member 1
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and shmem_kib() - before < 60 * 1024:
+        time.sleep(0.05)
+    print("GREW", (shmem_kib() - before) // 1024)
+    y = x * 2                          # lands on prepared pages: the same bytes as numpy
+    print("SAME", bool(np.array_equal(y.to_numpy(), np.full(1 << 20, 2.0, np.float32))))
+""")
+
+
+@pytest.mark.parametrize("prepare", [None, "0"])
+def test_members_prepare_fresh_memory_ahead(prepare):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("POOLTENSOR_PREPARE", None)
+    if prepare is not None:
+        env["POOLTENSOR_PREPARE"] = prepare
+    out = subprocess.run([sys.executable, "-c", AHEAD], capture_output=True, text=True,
+                         timeout=100, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    grew = int(out.stdout.split("GREW")[1].split()[0])
+    assert "SAME True" in out.stdout
+    if prepare is None:
+        assert grew >= 60, out.stdout          # a quarter of the 256 MiB heap, past the 4 MiB
+    else:
+        assert grew <= 8, out.stdout           # only what the array itself touched

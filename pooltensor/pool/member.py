@@ -26,10 +26,13 @@ import sys
 import collectives
 from collectives.errors import PeerLost, Timeout
 
+from ..cache.populate import populate
 from .channel import Channel
 from .pool import Pool
 
 MEMBER_CACHE = 64 << 20     # a member's slab cache: misaligned inputs faulted from its peers
+ENV_PREPARE = "POOLTENSOR_PREPARE"
+PREPARE = 256 << 20         # fresh memory a member keeps ready past what plans have used
 from .spawn import ENV_PARENT
 
 
@@ -70,11 +73,62 @@ def main(argv=None, handle=None):
     return 0
 
 
+class Ahead:
+    """Fresh memory made ready on the member's own time: between plans, the pages just past the
+    highest slot any plan has used here are faulted in (populate(), a chunk at a time, so a
+    plan that arrives waits for one chunk at most). The allocator hands out touched slots first
+    and grows upwards, so the next new array's slabs here are most likely ready when its first
+    write comes. At most $POOLTENSOR_PREPARE bytes (default 256 MiB, 0: off) ahead, and never
+    more than a quarter of the heap."""
+
+    CHUNK = 16 << 20
+
+    def __init__(self, pool):
+        self.pool = pool
+        try:
+            want = int(os.environ.get(ENV_PREPARE, "") or PREPARE)
+        except ValueError:
+            want = PREPARE
+        S = pool.slab_size
+        cap = pool.capacity[pool.me]
+        self.ahead = max(0, min(want, cap // 4)) // S
+        self.ready = {"rw": 0, "ro": 0}          # slots [0, ready) were prepared or used
+
+    def pending(self):
+        used = self.pool.used_hi
+        return self.ahead and any(self.ready[h] < self._goal(h, used.get(h, 0))
+                                  for h in self.ready)
+
+    def _goal(self, heap, used):
+        return min(self.pool.nslabs[self.pool.me], used + self.ahead) if used else 0
+
+    def step(self):
+        """Prepare one chunk; False when there is nothing left to do."""
+        pool, S = self.pool, self.pool.slab_size
+        for heap in self.ready:
+            used = pool.used_hi.get(heap, 0)
+            lo = max(self.ready[heap], used)
+            goal = self._goal(heap, used)
+            if lo >= goal:
+                self.ready[heap] = max(self.ready[heap], lo)
+                continue
+            hi = min(goal, lo + max(1, self.CHUNK // S))
+            populate(pool.local[heap], lo * S, hi * S, write=True)
+            self.ready[heap] = hi
+            return True
+        return False
+
+
 def _serve(pool, chan, handle, parent):
     """Run plans until the script says stop (notify, or its end of the channel closes)."""
+    ahead = Ahead(pool)
     while True:
         if chan is not None:
-            ready, _, _ = select.select([chan.sock], [], [], 1.0)
+            busy = ahead.pending()
+            ready, _, _ = select.select([chan.sock], [], [], 0 if busy else 1.0)
+            if not ready and busy:
+                ahead.step()
+                continue
             if ready:
                 try:
                     frame = chan.recv(pool.timeout)

@@ -88,6 +88,13 @@ class _Unpickler(pickle.Unpickler):
         if a is None:
             a = self.allocs[aid] = Allocation(self.pool, aid, nbytes, heap, list(members),
                                               list(slots))
+            me, hi = self.pool.me, 0
+            for m, s in zip(members, slots):
+                if m == me and s >= hi:
+                    hi = s + 1
+            used = self.pool.used_hi
+            if hi > used.get(heap, 0):
+                used[heap] = hi
         return self.make_array(a, off, tuple(shape), tuple(strides), np.dtype(dt))
 
     def find_class(self, module, name):
