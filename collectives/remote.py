@@ -195,6 +195,17 @@ class RemoteWorld(LocalMemory):
             self._exposed[id(buffer)] = (buffer, ids, sizes)
         return Window(self, buffer, access, keys, sizes, [access] * self.size, owned)
 
+    def allocation_ids(self, buffer):
+        """Per rank, the server's id of the memory exposed with `buffer` (None for rank 0)."""
+        got = self._exposed.get(id(buffer))
+        if got is None or got[0] is not buffer:
+            raise KeyError("that buffer was not exposed on this world")
+        return list(got[1])
+
+    def server(self, rank):
+        """The control connection to the server at `rank` (its socket and lock)."""
+        return self._servers[rank]
+
     def describe(self):
         """Ranks, hosts and the transport to each, plus each server's addresses and grant."""
         servers = []

@@ -1,7 +1,7 @@
 """The ``pooltensor`` command (also ``python -m pooltensor``).
 
     pooltensor serve --memory 8GiB [--listen 127.0.0.1:7000] [--secret-file F]
-                     [--data-port P]
+                     [--data-port P] [--allow-code]
 
 Unknown options and malformed values are errors (status 2), reported in one line.
 """
@@ -29,6 +29,10 @@ def _parser():
     s.add_argument("--data-port", type=int, default=0, metavar="P",
                    help="port of the native data path (default: any free port; the clients "
                         "learn it on the control port)")
+    s.add_argument("--allow-code", action="store_true",
+                   help="also run code that authenticated clients send (pooltensor.map_blocks "
+                        "functions); without it the server computes only numpy's operations "
+                        "on the slabs it holds")
     return p
 
 
@@ -49,7 +53,9 @@ def main(argv=None):
             p.error(f"--data-port must be 0..65535, not {args.data_port}")
         from collectives.errors import PooltensorError
         try:
-            return serve(memory, args.listen, args.secret_file, args.data_port)
+            from .ops.members import handle
+            return serve(memory, args.listen, args.secret_file, args.data_port, handle,
+                         args.allow_code)
         except (ValueError, OSError, PooltensorError) as e:    # bad --listen, port taken, ...
             print(f"pooltensor serve: {e}", file=sys.stderr)
             return 1

@@ -193,6 +193,19 @@ def scenario_basic(servers, secret, ns=None):
         s.log.wait(r"disconnected: closed the connection; freed 1 allocation")
 
 
+def scenario_compute(servers, secret, ns=None):
+    """Servers compute the work whose inputs they hold (numpy's results), the client the rest;
+    map_blocks runs on the servers only when they were started with --allow-code. Returns
+    the pids map_blocks ran in."""
+    c = ClientProc("serve_client.py", "compute", secret, *[s.address for s in servers], ns=ns,
+                   env_extra={"POOLTENSOR_MEMBER_WORK_MIN": "0"})
+    rc, out = c.finish(120)
+    assert rc == 0 and "serve client ok" in out, out
+    line = next(ln for ln in out.splitlines() if ln.startswith("pids "))
+    pids, me = line[5:].split(" me ")
+    return {int(p) for p in pids.split()}, int(me)
+
+
 def scenario_killed_client(servers, secret, ns=None):
     """A client SIGKILLed: its memory is freed on every server (resident pages too), and a
     second client's data is intact."""

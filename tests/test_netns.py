@@ -12,8 +12,8 @@ import pytest
 
 from conftest import SCRIPTS, rank_env
 from netns import ns_cmd, netns  # noqa: F401  (the session fixture)
-from servers import (ServerProc, make_secret, scenario_basic, scenario_killed_client,
-                     scenario_server_gone)
+from servers import (ServerProc, make_secret, scenario_basic, scenario_compute,
+                     scenario_killed_client, scenario_server_gone)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -105,6 +105,12 @@ def ns_servers(netns, tmp_path):
 def test_servers_across_hosts(ns_servers):
     servers, secret = ns_servers
     scenario_basic(servers, secret, ns="ptns0")
+
+
+def test_servers_across_hosts_compute(ns_servers):
+    servers, secret = ns_servers
+    pids, me = scenario_compute(servers, secret, ns="ptns0")
+    assert len(pids) == 1                 # map_blocks in the client: no --allow-code there
 
 
 def test_servers_across_hosts_killed_client(ns_servers):

@@ -15,7 +15,7 @@ import msgpack
 import pytest
 
 from servers import (_SERVING, Lines, ServerProc, env, make_secret, scenario_basic,
-                     scenario_killed_client, scenario_server_gone)
+                     scenario_compute, scenario_killed_client, scenario_server_gone)
 
 from collectives import control as ctl
 from collectives import remote
@@ -386,6 +386,38 @@ def two(secret):
 
 def test_script_on_two_servers(two, secret):
     scenario_basic(two, secret)
+
+
+def test_servers_compute_what_they_hold_and_run_no_code_unless_allowed(two, secret):
+    pids, me = scenario_compute(two, secret)
+    assert pids == {me}                       # no --allow-code: map_blocks ran in the client
+    allowed = [ServerProc("64MiB", secret, extra=["--allow-code"]).ready() for _ in range(2)]
+    try:
+        pids, me = scenario_compute(allowed, secret)
+        assert pids == {s.pid for s in allowed}, (pids, [s.pid for s in allowed])
+    finally:
+        for s in allowed:
+            s.stop()
+
+
+def test_server_refuses_code_and_names_outside_the_vocabulary(two, secret):
+    import numpy as np
+    import pooltensor as pt
+    from pooltensor.ops import kernels
+    from pooltensor.pool import work
+    pt.finalize()
+    pool = pt.init(connect=[s.address for s in two], secret_file=secret, slab_size=1 << 16)
+    try:
+        x = pt.zeros(1 << 16, dtype=np.float32)
+        code = __import__("cloudpickle").dumps(lambda b: b)
+        with pytest.raises(work.MemberError, match="runs no code from clients"):
+            work.Round(pool, [1], ("run", kernels.Func(None), [x], [x], False, False),
+                       code).wait()
+        with pytest.raises(work.MemberError, match="may not name"):
+            work.Round(pool, [2], ("run", os.system, [x], [], False, False)).wait()
+        np.testing.assert_array_equal((x + 1).to_numpy(), np.ones(1 << 16, np.float32))
+    finally:
+        pt.finalize()
 
 
 def test_killed_client_frees_memory_and_other_client_is_intact(two, secret):

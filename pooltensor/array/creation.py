@@ -68,7 +68,7 @@ def _fill(x, fresh, values, skip_fresh=False):
     plain script's members write the slabs they home (when values can travel in a plan)."""
     a = x._a
     pool = a.pool
-    doers = work.doers(pool, x) if getattr(values, "PLAN_OK", False) else ()
+    doers = work.doers(pool, x, local_ok=True) if getattr(values, "PLAN_OK", False) else ()
     rnd = work.start(pool, doers, ("fill", x, values, skip_fresh, fresh))
     if rnd is None:
         doers = ()
@@ -94,7 +94,7 @@ def fill_here(x, fresh, values, skip_fresh=False, skip=None):
     it = x.itemsize
     E = S // it
     total = x.size
-    only_own = pool.role == "member"
+    only_own = pool.role in ("member", "server")
     for k in range(len(a.members)):
         m = a.members[k]
         if (not _mine(pool, a, k) or (skip_fresh and fresh[k]) or (skip and m in skip) or

@@ -8,9 +8,10 @@ frame of a cached copy of a remote slab (faulted in with one Window.get when mis
 Writes are write-through: a remote slab is written at its home with Window.put, and a cached
 copy, if any, is updated the same way. Writes are element-precise in SPMD: other ranks may be
 writing the neighbouring elements of the same slab, so only the bytes of the selected
-elements are put (one put per contiguous run). A plain script is the pool's only writer, so
-there a strided write into a remote slab may update the cached copy and put the whole
-touched range in one call (read-modify-write is safe when nobody else writes).
+elements are put (one put per contiguous run). A plain script without computing members
+(pool.exclusive) is the pool's only writer, so there a strided write into a remote slab may
+update the cached copy and put the whole touched range in one call (read-modify-write is safe
+when nobody else writes).
 """
 import numpy as np
 

@@ -385,7 +385,11 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
         values.append(v)
         ops.append(_Op(v, len(shape)))
     # a plain script's members compute the units they home (pool/work.py)
-    doers = work.doers(pool, x) if not coll and getattr(kernel, "PLAN_OK", False) else ()
+    doers = ()
+    if not coll and pool.chans and getattr(kernel, "PLAN_OK", False):
+        doers = work.doers(pool, x, local_ok=work.aligned(x, list(outs[1:]) + values))
+        if getattr(kernel, "fn", None) is not None:       # user code: where it is allowed
+            doers = tuple(m for m in doers if getattr(pool.chans[m], "allow_code", True))
     rnd = None
     if doers:
         rnd = work.start(pool, doers, ("run", kernel, list(outs), values, fill, fresh),

@@ -69,8 +69,11 @@ def handle(pool, frame):
         if fn is None:
             raise work.MemberError(f"unknown plan {plan[0] if plan else plan!r}")
         if code is not None:
+            if not getattr(pool, "allow_code", True):
+                raise work.MemberError("this memory server runs no code from clients (start "
+                                       "it with --allow-code to allow map_blocks functions)")
             kernel = plan[1]
-            kernel.fn = pickle.loads(code)        # user code: only from our own script
+            kernel.fn = pickle.loads(code)        # our own script, or an allowed client
         pool.cache.clear()
         pool.cache.gen += 1
         with np.errstate(**errstate), warnings.catch_warnings(record=True) as caught:

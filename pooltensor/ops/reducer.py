@@ -287,7 +287,7 @@ def partials_here(job, flat):
 def _delegated(job, flat, pool):
     """A plain script whose members compute: fold this process's share, then the members'
     partials in member order (the same order every time: the same bytes every time)."""
-    ds = work.doers(pool, job.x)
+    ds = work.doers(pool, job.x, local_ok=flat)
     rnd = work.start(pool, ds, ("reduce", job, flat))
     if rnd is None:
         ds = ()

@@ -3,16 +3,74 @@
 The script is member 0 and contributes no memory; members 1..k are the servers (started with
 ``pooltensor serve``), each giving this process the memory it asked for (collectives.remote).
 Every slab lives on a server and is faulted in over tcp through the slab cache, with the
-prefetcher ahead, exactly as a remote member's slab is in any pool: the Pool is the usual one
+prefetcher ahead, exactly as a remote member's slab is in any pool; whole-array work whose
+inputs all live on one server runs on that server (a plan on its control connection:
+ServerChannel), the rest in this process. The Pool is the usual one
 with role "client" (one heap per server seen through an rw and an r key; placement over the
 servers only). When the pool is finalized, or the script ends in any way, the control
 connections close and the servers free the memory.
 """
 import os
+import socket
 
+from collectives import control as _ctl
 from collectives import remote
+from collectives.errors import PeerLost, Timeout
 
 from .pool import Pool
+
+
+class ServerChannel:
+    """Plans to one memory server, on its control connection (pool/work.py's Round speaks to
+    it as to a member's socket pair). The server computes only work whose inputs all live on
+    it (aligned_only), and runs no user code unless started with --allow-code."""
+
+    aligned_only = True
+
+    def __init__(self, srv, heap_id, rank, world_size, slab):
+        self.srv, self.peer = srv, rank
+        self.allow_code = bool(srv.facts.get("code", False))     # --allow-code
+        self.head = {"op": "plan", "id": heap_id, "rank": rank, "world": world_size,
+                     "slab": slab}
+
+    def send(self, data):
+        self.srv.lock.acquire()            # held until the reply is read (recv)
+        try:
+            _ctl.send_frame(self.srv.sock, dict(self.head, data=data))
+        except (OSError, _ctl.ProtocolError) as e:
+            self.srv.lock.release()
+            raise PeerLost(f"memory server's control connection failed: {e}",
+                           rank=self.peer, host=self.srv.address) from None
+
+    def recv(self, timeout=None, alive=None):
+        sock = self.srv.sock
+        old = sock.gettimeout()
+        try:
+            sock.settimeout(timeout)
+            reply = _ctl.recv_frame(sock)
+        except socket.timeout:
+            raise Timeout(f"memory server did not finish its part within {timeout:.0f} s",
+                          rank=self.peer, host=self.srv.address) from None
+        except (OSError, _ctl.ProtocolError) as e:
+            raise PeerLost(f"memory server's control connection failed: {e}",
+                           rank=self.peer, host=self.srv.address) from None
+        finally:
+            try:
+                sock.settimeout(old)
+            except OSError:
+                pass
+            self.srv.lock.release()
+        if reply is None:
+            raise PeerLost("memory server closed its control connection", rank=self.peer,
+                           host=self.srv.address)
+        if not reply.get("ok") or not isinstance(reply.get("data"), bytes):
+            from .work import refusal
+            return refusal(f"memory server {self.srv.address}: "
+                           f"{reply.get('error', 'no reason given')}")
+        return reply["data"]
+
+    def close(self):
+        pass
 
 def connect_from_env():
     """The servers named by $POOLTENSOR_CONNECT (comma-separated host:port), or None."""
@@ -24,7 +82,12 @@ def start(connect, *, secret_file=None, memory=None, timeout=None, **kw):
     """Connect to the servers and build the client Pool on them."""
     world = remote.connect(connect, secret_file=secret_file, memory=memory, timeout=timeout)
     try:
-        return Pool(world, role="client", memory=0, owns_world=True, **kw)
+        pool = Pool(world, role="client", memory=0, owns_world=True, **kw)
     except BaseException:
         world.close()
         raise
+    ids = world.allocation_ids(pool.win_rw.buffer)
+    pool.chans = {r: ServerChannel(world.server(r), ids[r], r, world.size, pool.slab_size)
+                  for r in range(1, world.size) if world.server(r).facts.get("plans")}
+    pool.exclusive = False              # the servers write the slabs they compute
+    return pool

@@ -162,6 +162,7 @@ class Pool:
         self.chans = {}          # member -> work.Channel: members that compute (plain script)
         self.broken = None       # the error that cut a member's channel, if one did
         self.plans = {}          # plans sent to members, by kind (run, reduce, fill, ...)
+        self.round = None        # the work.Round whose replies are still to be read
         self.used_hi = {}        # a member: heap -> 1 + the highest of its slots a plan used
         # -- collective setup: the same calls in the same order on every process ----------
         cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role})

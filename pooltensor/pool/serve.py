@@ -170,6 +170,43 @@ class _Alloc:
         self.released = False
 
 
+class HeapView:
+    """What the executors see of a pool when a server runs a client's plan: one allocation of
+    this server (the client's heap here, both its rw and r keys) as the member `me` of the
+    client's pool. It reads nothing from other members: the client sends a server only work
+    whose inputs all live here (work.doers), and a read that would need another member fails
+    with a clear error instead of reaching out."""
+
+    role = "server"
+    spmd = coherent = exclusive = closed = False
+    max_prefetch = 0
+
+    def __init__(self, alloc, me, size, slab, allow_code):
+        import numpy as np
+        from ..cache.slabs import SlabCache
+        buf = np.frombuffer(memoryview(alloc.seg), np.uint8)
+        self.me, self.size, self.slab_size = me, size, slab
+        self.local = {"rw": buf, "ro": buf, "pv": None}
+        self.mapped, self.chans, self.plans, self.used_hi = {}, {}, {}, {}
+        self.capacity = [0] * size
+        self.capacity[me] = alloc.size
+        self.nslabs = [c // slab for c in self.capacity]
+        self.cache = SlabCache(slab, 2 * slab)
+        self.timeout = 60.0
+        self.allow_code = allow_code
+
+    def check_open(self):
+        pass
+
+    @property
+    def read_win(self):
+        from .channel import MemberError
+        raise MemberError("a memory server reads only the slabs it holds; this plan needs "
+                          "another member's")
+
+    write_win = read_win
+
+
 class _Client:
     """One control connection and what it was given."""
 
@@ -177,6 +214,7 @@ class _Client:
         self.sock, self.host, self.addr = sock, addr[0], f"{addr[0]}:{addr[1]}"
         self.seq = seq
         self.allocs = {}
+        self.views = {}                # allocation id -> HeapView (plans run on it)
         self.next_id = 1
         self.state = "pending"         # -> "authed", or "dropped" (evicted while pending)
 
@@ -193,7 +231,7 @@ class Server:
     (keywords of check_limits) are described in the module docstring."""
 
     def __init__(self, memory, host="127.0.0.1", port=7000, secret=b"", data_port=0,
-                 log=None, **limits):
+                 log=None, handle=None, allow_code=False, **limits):
         if len(secret) < _ctl.MIN_SECRET:
             raise ValueError(f"the secret must be at least {_ctl.MIN_SECRET} bytes")
         self.memory = max(PAGE, int(memory) // PAGE * PAGE)   # whole pages: what segments hold
@@ -203,6 +241,8 @@ class Server:
         self.limits["allocations"] = NATIVE_SEGMENTS // n     # each client's share
         self.limits["registrations"] = NATIVE_KEYS // n
         self._secret = bytes(secret)
+        self._handle = handle          # runs a client's plan (pool/work.py) on its memory
+        self.allow_code = bool(allow_code)
         self._log = log or stderr_log()
         self._lock = threading.Lock()
         self._used = 0
@@ -342,7 +382,8 @@ class Server:
             _ctl.keepalive(c.sock)
             deadline = time.monotonic() + timeout
             facts = {"memory": self.memory, "free": self.free, "data_port": self.data_port,
-                     "pid": os.getpid(), "host": socket.gethostname()}
+                     "pid": os.getpid(), "host": socket.gethostname(),
+                     "plans": self._handle is not None, "code": self.allow_code}
             if not _ctl.server_handshake(c.sock, self._secret, facts, deadline,
                                          lambda: self._admit(c)):
                 with self._lock:
@@ -365,6 +406,7 @@ class Server:
                 c.sock.close()
             except OSError:
                 pass
+            c.views.clear()
             freed = sum(a.size for a in c.allocs.values())
             n = len(c.allocs)
             for a in list(c.allocs.values()):
@@ -426,6 +468,8 @@ class Server:
                 return {"ok": False, "error": f"no allocation {aid} on this connection"}
             self._release(a)
             return {"ok": True, "free": self.free}
+        if op == "plan":
+            return self._plan(c, msg)
         if op == "info":
             with self._lock:
                 clients = sum(1 for x in self._clients if x.authenticated)
@@ -436,6 +480,27 @@ class Server:
                     "limits": dict(self.limits), "data_port": self.data_port,
                     "tcp": self._ctx.tcp_stats() if self._ctx is not None else {}}
         raise _Hostile(f"unknown op {op!r}")
+
+    def _plan(self, c, msg):
+        """Run a client's plan on the memory it was given here (work.py's vocabulary; user code
+        only with --allow-code). The client says which allocation holds its heap, its rank for
+        this server, the world size and the slab size; all are checked."""
+        aid, rank, size, slab = (msg.get(k) for k in ("id", "rank", "world", "slab"))
+        data = msg.get("data")
+        if not all(isinstance(v, int) and not isinstance(v, bool)
+                   for v in (aid, rank, size, slab)) or not isinstance(data, bytes):
+            raise _Hostile("plan needs integer id, rank, world and slab, and bytes data")
+        if self._handle is None:
+            return {"ok": False, "error": "this server runs no plans"}
+        a = c.allocs.get(aid)
+        if a is None:
+            return {"ok": False, "error": f"no allocation {aid} on this connection"}
+        if slab <= 0 or slab & (slab - 1) or a.size % slab or not 0 < rank < size <= 4096:
+            return {"ok": False, "error": "bad slab size, rank or world size in a plan"}
+        view = c.views.get(aid)
+        if view is None or view.slab_size != slab or view.me != rank:
+            view = c.views[aid] = HeapView(a, rank, size, slab, self.allow_code)
+        return {"ok": True, "data": self._handle(view, data)}
 
     def _alloc(self, c, size, access):
         if size <= 0:
@@ -523,12 +588,15 @@ class Server:
             self._used -= a.size
 
 
-def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, **limits):
+def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle=None,
+          allow_code=False, **limits):
     """Run a memory server until SIGTERM/SIGINT; returns the exit status (0 on a clean stop).
 
     Secret: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the default path
     (collectives.control.default_secret_path()), made there (mode 0600) if missing.
-    Limits: `limits` (keywords of check_limits), else limits_from_env()."""
+    Limits: `limits` (keywords of check_limits), else limits_from_env(). handle(view, data):
+    runs a client's plan (the command passes the operations' handler); allow_code: also
+    user code (map_blocks) from authenticated clients."""
     log = stderr_log()
     host, port = parse_address(listen, "--listen")
     limits = dict(limits_from_env(), **limits)
@@ -540,7 +608,8 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, **limi
             log(f"made a new secret at {path} (mode 0600): give clients a copy "
                 f"(init(connect=..., secret_file=...) or {_ctl.ENV_SECRET})")
     secret = _ctl.read_secret(path)
-    server = Server(memory, host, port, secret, data_port, log, **limits).start()
+    server = Server(memory, host, port, secret, data_port, log, handle, allow_code,
+                    **limits).start()
     stopping = []
 
     def on_signal(signum, frame):
@@ -550,7 +619,7 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, **limi
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         log(f"serving {human(memory)} on {host}:{server.port} (data port {server.data_port}, "
-            f"secret {path})")
+            f"secret {path}{'; runs client code' if allow_code else ''})")
         server.serve_forever()
     finally:
         server.stop()

@@ -115,6 +115,36 @@ def loads(data, pool, make_array):
     return _Unpickler(data, pool, make_array).load()
 
 
+class _ReplyUnpickler(pickle.Unpickler):
+    """Loads a member's or server's reply in the script: numbers, numpy arrays, slices and
+    exceptions (builtin, numpy's and pooltensor's), nothing that could run code."""
+
+    def find_class(self, module, name):
+        obj = None
+        if module == "builtins":
+            obj = getattr(builtins, name, None)
+            if name in _BUILTINS or (isinstance(obj, type) and issubclass(obj, BaseException)):
+                return obj
+        elif (module, name) in _NUMPY or (module == "numpy" and _numpy_value(name)):
+            return super().find_class(module, name)
+        elif module in ("numpy.exceptions", "numpy._core._exceptions") or \
+                module.startswith(("collectives.", "pooltensor.")):
+            obj = super().find_class(module, name)
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                return obj
+        raise pickle.UnpicklingError(f"a reply may not name {module}.{name}")
+
+
+def loads_reply(data):
+    """A reply (or a pickled exception in one) from bytes, in the script."""
+    return _ReplyUnpickler(io.BytesIO(data)).load()
+
+
+def refusal(text):
+    """The reply bytes of a member that refused a plan (MemberError with `text`)."""
+    return pickle.dumps(("err", (None, text)), protocol=5)
+
+
 # -- the script's side ---------------------------------------------------------------------------
 
 def work_min():
@@ -129,10 +159,11 @@ def work_min():
         raise ValueError(f"${ENV_MIN} must be a number of bytes, not {v!r}") from None
 
 
-def doers(pool, target):
+def doers(pool, target, local_ok=False):
     """The members that compute their own part of an operation whose output is `target` (a
-    pool array): a plain script's member processes that home at least work_min() bytes of it.
-    Empty outside a plain script with members."""
+    pool array): a plain script's member processes, and memory servers when local_ok (every
+    input of the work a server would do lives on it), that home at least work_min() bytes of
+    it. Empty outside such pools."""
     chans = getattr(pool, "chans", None)
     if not chans or pool.closed:
         return ()
@@ -144,7 +175,8 @@ def doers(pool, target):
     per = {}
     for k in range(lo // S, (hi - 1) // S + 1):
         m = a.members[k]
-        if m in chans:
+        ch = chans.get(m)
+        if ch is not None and (local_ok or not getattr(ch, "aligned_only", False)):
             per[m] = per.get(m, 0) + S
     least = work_min()
     return tuple(sorted(m for m, b in per.items() if b >= least))
@@ -172,6 +204,7 @@ class Round:
                 self._drain()
                 raise
             self.sent.append(m)
+        pool.round = self
         pool.plans[plan[0]] = pool.plans.get(plan[0], 0) + len(self.members)
 
     def _drain(self):
@@ -180,7 +213,7 @@ class Round:
             ch = self.pool.chans[m]
             try:
                 raw = ch.recv(self.pool.timeout, alive=_alive(self.pool, m))
-                status, value = pickle.loads(raw)
+                status, value = loads_reply(raw)
             except (PeerLost, Timeout) as e:
                 self.pool.broken = e
                 first = first or e
@@ -195,6 +228,8 @@ class Round:
             elif first is None:
                 first = _member_exception(m, value)
         self.sent = []
+        if getattr(self.pool, "round", None) is self:
+            self.pool.round = None
         return out, first
 
     def wait(self, own_error=None):
@@ -207,12 +242,28 @@ class Round:
         return out
 
 
+def aligned(target, operands):
+    """Every pool operand is laid out as `target` is (same shape, strides, offset, itemsize
+    and slab homes): whoever homes a unit of the target holds its inputs too."""
+    for v in operands:
+        if not _is_array(v):
+            continue
+        if (v._shape != target._shape or v._strides != target._strides or
+                v._off != target._off or v.itemsize != target.itemsize or
+                v._a.members != target._a.members):
+            return False
+    return True
+
+
 def start(pool, members, plan, code=None):
     """A Round of `plan` to `members`, or None when there is nobody to send it to or the plan
     cannot travel (an operand that does not pickle): the caller then does all the work."""
     if not members:
         return None
     check(pool)
+    late = getattr(pool, "round", None)
+    if late is not None:                 # one left unread (interrupted): drain its replies
+        late._drain()
     try:
         return Round(pool, members, plan, code)
     except (pickle.PicklingError, TypeError, AttributeError):
@@ -241,8 +292,8 @@ def _member_exception(m, value):
     """The exception a member sent (pickled), re-raised here with the member named."""
     blob, text = value
     try:
-        exc = pickle.loads(blob)
-    except Exception:                      # noqa: BLE001
+        exc = loads_reply(blob) if blob is not None else None
+    except Exception:                      # noqa: BLE001  (not an exception we may rebuild)
         exc = None
     if not isinstance(exc, BaseException):
         return MemberError(f"member {m}: {text}")

@@ -10,7 +10,10 @@ MODE:
          "check" -> verify it ("intact"), "quit" -> finalize and exit 0
   lost   create an array, print "ready", wait for "go" on stdin, then read until a
          server is gone: print "peerlost rank R host H" (the error must name the server)
+  compute  whole-array work on the servers' slabs against numpy: what the servers computed
+         (plans by kind) and the processes map_blocks ran in ("pids P ...")
 """
+import os
 import sys
 import time
 
@@ -126,5 +129,25 @@ elif mode in ("hold", "lost"):
             except Timeout as e:
                 print(f"timeout instead of PeerLost: {e}", flush=True)
                 sys.exit(1)
+elif mode == "compute":
+    n = 40 * SLAB // 4 + 3
+    st0 = dict(pool.stats()["plans"])
+    a = pt.random.random((n,), seed=1, dtype=np.float32)
+    b = pt.linspace(-2, 2, n, dtype=np.float32)
+    ra, rb = a.to_numpy(), np.linspace(-2, 2, n, dtype=np.float32)
+    assert_eq(a * b + 3, ra * rb + 3)
+    assert_eq(np.sin(a) * 2 + b, np.sin(ra) * 2 + rb)
+    assert_eq(pt.where(a > 0.5, a, b), np.where(ra > 0.5, ra, rb))
+    s = float(a.sum())
+    assert abs(s - float(ra.sum(dtype=np.float64))) < 1e-3 * n, s
+    assert int(a.argmax()) == int(ra.argmax())
+    assert_eq(a[1:] - b[:-1], ra[1:] - rb[:-1])          # misaligned: this process computes
+    plans = {k: v - st0.get(k, 0) for k, v in pool.stats()["plans"].items()}
+    assert plans.get("run", 0) > 0 and plans.get("fill", 0) > 0 and plans.get("reduce", 0) > 0
+    pids = pt.map_blocks(lambda x: np.full(x.shape, os.getpid()), a, dtype=np.float32)
+    print("pids", *sorted({int(p) for p in pids.to_numpy().tolist()}), "me", os.getpid())
+    print("serve client ok", plans)
+    pt.finalize()
 else:
     sys.exit(f"unknown mode {mode!r}")
+
