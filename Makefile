@@ -79,6 +79,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/pool.py
 	$(BIN)/python bench/ops.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/ops.py
+	$(BIN)/python bench/plain.py
 	$(BIN)/python bench/tcp.py
 
 clean:
