@@ -35,7 +35,7 @@ for _name in _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS 
     globals()[_name] = getattr(_ns, _name)
 
 # -- reductions, linear algebra and shape functions (ops/reductions.py, linalg.py, shape.py) ----
-from .ops.executor import map_blocks_new as map_blocks  # noqa: E402
+from .ops.blocks import map_blocks  # noqa: E402
 from .ops.linalg import dot, matmul  # noqa: E402
 from .ops.reductions import (all, any, argmax, argmin, max, mean, min, prod, std, sum,  # noqa: E402
                          var)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import ops_elementwise_cases as oc
 import pooltensor as pt
 from conftest import SLAB, check_ranks, pool_fixture, property_settings
-from pooltensor.ops import executor
+from pooltensor.ops import blocks, executor
 
 PROPS = property_settings("OPS_EXAMPLES", 120, "POOL_DERANDOMIZE")
 FEW = settings(PROPS, max_examples=max(10, PROPS.max_examples // 3))
@@ -319,11 +319,11 @@ def test_map_blocks_and_local_blocks(pool, shape, data):
         return
     out = executor.new_like(want.shape, np.float32, like=x if x.shape == want.shape else None)
     with np.errstate(all="ignore"):
-        executor.map_blocks(lambda a, b: np.asarray(a, np.float64) * 2 - b, out, x, y[0])
+        blocks.map_into(lambda a, b: np.asarray(a, np.float64) * 2 - b, out, x, y[0])
     oc.assert_close(out, want)
     seen = np.zeros(ref.shape, np.int64)
     last = -1
-    for index, blk in executor.local_blocks(x):
+    for index, blk in blocks.local_blocks(x):
         assert len(index) == x.ndim and all(isinstance(s, slice) for s in index)
         np.testing.assert_array_equal(blk, ref[index])
         first = np.ravel_multi_index([s.start for s in index], ref.shape) if ref.ndim else 0

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import ops_elementwise_cases as oc
 import pooltensor as pt
-from pooltensor.ops import executor
+from pooltensor.ops import blocks, executor
 from spmd_check import agree, batched, examples, same_bytes, start
 
 EXAMPLES = examples(40)
@@ -80,7 +80,7 @@ got = executor.allgather(np.full(3, me, np.int32))
 assert [g.tolist() for g in got] == [[r] * 3 for r in range(n)]
 total = 0.0
 count = 0
-for index, blk in executor.local_blocks(x[:, 1:]):
+for index, blk in blocks.local_blocks(x[:, 1:]):
     total += float(blk.sum())
     count += blk.size
 assert executor.allreduce(np.int64(count)) == a[:, 1:].size     # each element on one rank
