@@ -26,7 +26,8 @@ import numpy as np
 
 from ..array.array import ndarray
 from ..errors import FallbackWarning
-from . import dispatch, executor, kernels, reductions
+from ..array.creation import empty
+from . import dispatch, elide, executor, kernels, reductions
 
 _SCALARS = (bool, int, float, complex, numbers.Number)
 
@@ -126,13 +127,22 @@ def apply(func, inputs, out=None, where=True, nout=1, **kw):
                              f"{_shape_str(shape)} {_shape_str(ws)} ")
     if any(isinstance(o, np.ndarray) for o in outs):
         return _into_numpy(func, ufunc, inputs, outs, where if has_where else True, kw)
+    reuse = None
+    if ufunc and nout == 1 and out is None and not has_where and not kw:
+        pool = next((v._a.pool for v in inputs if _is_pool(v)), None)
+        if pool is not None and not pool.spmd:
+            if not elide._TEMP:
+                elide.calibrate(lambda: empty((1,), np.float64))
+            i = elide.candidate(inputs, shape, dtypes[0], pool)
+            if i is not None:
+                reuse = inputs[i]         # a temporary: the result goes into it (elide.py)
     like = _like(shape, inputs + outs)
     name = getattr(func, "__name__", repr(func))
     if kw:
         name += "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(kw.items())) + ")"
     targets = []
     for o, dt in zip(outs, dtypes):
-        targets.append(o if o is not None else
+        targets.append(o if o is not None else reuse if reuse is not None else
                        executor.new_like(shape, dt, like=like, what=f"{name} result"))
     ops = inputs + ([where] if has_where else [])
     nin = len(inputs)
@@ -148,8 +158,8 @@ def apply(func, inputs, out=None, where=True, nout=1, **kw):
     else:
         def kernel(parts, dsts):
             func(*parts, out=dsts[0], **kw)
-    executor.run(kernel, targets, ops, fill=has_where, fresh=all(o is None for o in outs),
-                 what=name)
+    executor.run(kernel, targets, ops, fill=has_where,
+                 fresh=reuse is None and all(o is None for o in outs), what=name)
     return targets[0] if nout == 1 else tuple(targets)
 
 
