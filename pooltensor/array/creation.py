@@ -69,18 +69,10 @@ def _fill(x, fresh, values, skip_fresh=False):
     a = x._a
     pool = a.pool
     doers = work.doers(pool, x, local_ok=True) if getattr(values, "PLAN_OK", False) else ()
-    rnd = work.start(pool, doers, ("fill", x, values, skip_fresh, fresh))
-    if rnd is None:
-        doers = ()
-    err = None
-    try:
-        fill_here(x, fresh, values, skip_fresh, skip=frozenset(doers))
-    except Exception as e:                 # noqa: BLE001  (raised once the members answered)
-        if rnd is None:
-            raise
-        err = e
-    if rnd is not None:
-        rnd.wait(err)
+    if work.share(pool, doers, ("fill", x, values, skip_fresh, fresh),
+                  lambda handled: fill_here(x, fresh, values, skip_fresh,
+                                            skip=frozenset(doers))) is None:
+        fill_here(x, fresh, values, skip_fresh)
     _done(pool, a)
     return x
 

@@ -385,17 +385,22 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
         values.append(v)
         ops.append(_Op(v, len(shape)))
     # a plain script's members compute the units they home (pool/work.py)
-    doers = ()
     if not coll and pool.chans and getattr(kernel, "PLAN_OK", False):
         doers = work.doers(pool, x, local_ok=work.aligned(x, list(outs[1:]) + values))
         if getattr(kernel, "fn", None) is not None:       # user code: where it is allowed
             doers = tuple(m for m in doers if getattr(pool.chans[m], "allow_code", True))
-    rnd = None
-    if doers:
-        rnd = work.start(pool, doers, ("run", kernel, list(outs), values, fill, fresh),
-                         _code(kernel))
-        if rnd is not None:
-            coll = frozenset(range(pool.size)) - frozenset(doers)
+
+        def here(handled):
+            scratch = _Scratch.take()
+            try:
+                if fresh:
+                    _prepare(outs, pool, handled)
+                _execute(kernel, outs, ops, pool, handled, fill, scratch)
+            finally:
+                scratch.give()
+        if work.share(pool, doers, ("run", kernel, list(outs), values, fill, fresh), here,
+                      outs, _code(kernel)) is not None:
+            return
     scratch = _Scratch.take()
     err = None
     try:
@@ -403,19 +408,11 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
             _prepare(outs, pool, coll)
         _execute(kernel, outs, ops, pool, coll, fill, scratch)
     except Exception as e:           # noqa: BLE001  (re-raised below, on every rank)
-        if call is None and rnd is None:
+        if call is None:
             raise
         err = e
     finally:
         scratch.give()
-    if rnd is not None:
-        try:
-            rnd.wait(err)
-        finally:
-            written_elsewhere(pool, outs, doers)
-        return
-    if err is not None and call is None:
-        raise err
     if call is not None:
         if pool.sync(call, failed=err is not None):
             _raise_agreed(pool, err)
@@ -432,23 +429,6 @@ def _code(kernel):
         return None
     import cloudpickle
     return cloudpickle.dumps(fn, protocol=5)
-
-
-def written_elsewhere(pool, outs, doers):
-    """After members wrote their units of outs: this process's cached copies of those slabs
-    are stale (mapped and local memory are not)."""
-    S = pool.slab_size
-    keys = []
-    for o in outs:
-        a = o._a
-        if o.size == 0:
-            continue
-        lo, hi = extent(o._off, o._shape, o._strides, o.itemsize)
-        for k in range(lo // S, (hi - 1) // S + 1):
-            if a.members[k] in doers:
-                keys.append((a.heap, a.members[k], a.slots[k]))
-    pool.cache.discard_keys(keys)
-    pool.cache.gen += 1
 
 
 def _prepare(outs, pool, coll):

@@ -30,7 +30,7 @@ from ..array.array import ndarray
 from ..array.creation import _new, zeros
 from ..cache import transfer
 from ..pool import agree, work
-from . import executor, reducer, tiles
+from . import reducer, tiles
 from .dispatch import fallback, implements
 from .reducer import Job, _wide
 from .shape import assign
@@ -161,25 +161,12 @@ def _rows(a, B, rdt, call):
                                      lambda idx: tuple(idx[:n]) + (np.zeros_like(idx[0]),))
         out = _new(out_shape, rdt, place, "readwrite", "matmul result")[0]
     coll = tiles.collective(a)
-    rnd = None
     if not coll:                   # a plain script's members compute the rows they home
-        ds = work.doers(pool, a)
-        rnd = work.start(pool, ds, ("rows", a, B, out, rdt))
-        if rnd is not None:
-            coll = frozenset(range(pool.size)) - frozenset(ds)
-    err = None
-    try:
-        rows_here(a, B, out, rdt, coll)
-    except Exception as e:         # noqa: BLE001  (raised once the members answered)
-        if rnd is None:
-            raise
-        err = e
-    if rnd is not None:
-        try:
-            rnd.wait(err)
-        finally:
-            executor.written_elsewhere(pool, [out], ds)
-    elif coll:
+        if work.share(pool, work.doers(pool, a), ("rows", a, B, out, rdt),
+                      lambda handled: rows_here(a, B, out, rdt, handled), [out]) is not None:
+            return out
+    rows_here(a, B, out, rdt, coll)
+    if coll:
         pool.sync(call)
     return out
 

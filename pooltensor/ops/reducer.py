@@ -287,27 +287,19 @@ def partials_here(job, flat):
 def _delegated(job, flat, pool):
     """A plain script whose members compute: fold this process's share, then the members'
     partials in member order (the same order every time: the same bytes every time)."""
-    ds = work.doers(pool, job.x, local_ok=flat)
-    rnd = work.start(pool, ds, ("reduce", job, flat))
-    if rnd is None:
-        ds = ()
-    err, acc = None, {}
-    try:
-        handled = frozenset(range(pool.size)) - frozenset(ds) if ds else False
-        acc = _accumulate(job, _work(job, flat, handled, tiles.Scratch(), True), {})
-    except Exception as e:             # noqa: BLE001  (raised once the members answered)
-        if rnd is None:
-            raise
-        err = e
-    if rnd is not None:
-        got = rnd.wait(err)
-        for m in sorted(got):
-            for k, (sl, p) in got[m].items():
-                cur = acc.get(k)
-                if cur is None:
-                    acc[k] = [sl, p]
-                else:
-                    cur[1] = job.combine(cur[1], p)
+    got = work.share(pool, work.doers(pool, job.x, local_ok=flat), ("reduce", job, flat),
+                     lambda handled: _accumulate(job, _work(job, flat, handled, tiles.Scratch(),
+                                                            True), {}))
+    if got is None:
+        return _accumulate(job, _work(job, flat, False, tiles.Scratch(), True), {})
+    acc, replies = got
+    for m in sorted(replies):
+        for k, (sl, p) in replies[m].items():
+            cur = acc.get(k)
+            if cur is None:
+                acc[k] = [sl, p]
+            else:
+                cur[1] = job.combine(cur[1], p)
     return acc
 
 

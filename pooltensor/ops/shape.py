@@ -29,7 +29,7 @@ from ..array.array import ndarray
 from ..array.creation import _new as _create
 from ..cache import layout, transfer
 from ..pool import agree, work
-from . import executor, tiles
+from . import tiles
 from .dispatch import implements
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
@@ -87,25 +87,11 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
                           operands=(call_src,))
         if not fresh:
             agree.check(pool.world, call)
-    rnd = None
     if not coll:                   # a plain script's members write the tiles they home
-        ds = work.doers(pool, dst)
-        rnd = work.start(pool, ds, ("assign", dst, call_src))
-        if rnd is not None:
-            coll = frozenset(range(pool.size)) - frozenset(ds)
-    err = None
-    try:
-        _assign_tiles(dst, src, coll, it)
-    except Exception as e:         # noqa: BLE001  (raised once the members answered)
-        if rnd is None:
-            raise
-        err = e
-    if rnd is not None:
-        try:
-            rnd.wait(err)
-        finally:
-            executor.written_elsewhere(pool, [dst], ds)
-        return
+        if work.share(pool, work.doers(pool, dst), ("assign", dst, call_src),
+                      lambda handled: _assign_tiles(dst, src, handled, it), [dst]) is not None:
+            return
+    _assign_tiles(dst, src, coll, it)
     if coll and sync:
         pool.sync(call)
 

@@ -270,6 +270,47 @@ def start(pool, members, plan, code=None):
         return None
 
 
+def share(pool, members, plan, here, outs=(), code=None):
+    """An operation split between this process and `members`: they run `plan` on the slabs
+    they home while here(handled) does this process's share (handled: the homes it computes
+    for, every one but `members`). Returns (here's value, {member: reply}), or None when no
+    member took the plan (here did not run: the caller does the whole work its usual way).
+    Raises here's error, else the first member's, once every member answered; outs: the
+    arrays the members wrote (this process's cached copies of their slabs are dropped)."""
+    rnd = start(pool, members, plan, code)
+    if rnd is None:
+        return None
+    handled = frozenset(range(pool.size)) - frozenset(members)
+    err, value = None, None
+    try:
+        value = here(handled)
+    except Exception as e:              # noqa: BLE001  (raised once the members answered)
+        err = e
+    try:
+        got = rnd.wait(err)
+    finally:
+        if outs:
+            written(pool, outs, members)
+    return value, got
+
+
+def written(pool, outs, members):
+    """After `members` wrote their slabs of outs: this process's cached copies of those slabs
+    are stale (mapped and local memory are not)."""
+    S = pool.slab_size
+    keys = []
+    for o in outs:
+        a = o._a
+        if o.size == 0:
+            continue
+        lo, hi = extent(o._off, o._shape, o._strides, o.itemsize)
+        for k in range(lo // S, (hi - 1) // S + 1):
+            if a.members[k] in members:
+                keys.append((a.heap, a.members[k], a.slots[k]))
+    pool.cache.discard_keys(keys)
+    pool.cache.gen += 1
+
+
 def _alive(pool, m):
     procs = getattr(pool, "_procs", ())
 
