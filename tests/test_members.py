@@ -292,3 +292,35 @@ def test_members_prepare_fresh_memory_ahead(prepare):
         assert grew >= 60, out.stdout          # a quarter of the 256 MiB heap, past the 4 MiB
     else:
         assert grew <= 8, out.stdout           # only what the array itself touched
+
+
+STOPPED = textwrap.dedent("""
+    import os, signal, time
+    import numpy as np
+    import pooltensor as pt
+    from collectives.errors import Timeout
+    pool = pt.init(members=2, slab_size=1 << 16, timeout=3)
+    x = pt.ones((1 << 20,), dtype=np.float32)
+    os.kill(pool._procs[0].pid, signal.SIGSTOP)
+    t = time.monotonic()
+    try:
+        x * 2
+        print("NO ERROR")
+    except Timeout as e:
+        print("TIMEOUT", round(time.monotonic() - t, 1), "member 1" in str(e))
+    os.kill(pool._procs[0].pid, signal.SIGCONT)
+    t = time.monotonic()
+    pt.finalize()
+    print("FINALIZED", round(time.monotonic() - t, 1))
+""")
+
+
+def test_stopped_member_is_a_timeout_naming_it():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", STOPPED], capture_output=True, text=True,
+                         timeout=100, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("TIMEOUT"))
+    _, waited, named = line.split()
+    assert named == "True" and 2.5 <= float(waited) < 15, out.stdout
+    assert "FINALIZED" in out.stdout
