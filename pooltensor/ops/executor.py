@@ -8,10 +8,14 @@ slabs it needs through the slab cache; the call ends with the pool's sync (flush
 revalidate), so every rank then sees every result, and an error numpy raised on one rank's
 blocks is raised on every rank (no rank is left waiting for the others). The ranks also agree
 on the call (pool/agree.py: the operation, the targets' and operands' views) before writing
-anything that others could have seen: CollectiveMismatch on every rank otherwise. A plain
-script is the only process with
-code to run: it computes every unit, streaming the inputs through its cache with the
-prefetcher ahead, and writes each result at its home (remote homes with one put per piece).
+anything that others could have seen: CollectiveMismatch on every rank otherwise.
+
+A plain script sends each member that homes part of the target a plan (pool/work.py: the
+kernel from kernels.py, the arrays by reference) and computes its own units meanwhile; a
+member computes the units it homes as an SPMD rank would. The units of homes that do not
+compute (a memory server whose inputs are not all its own) the script computes, streaming the
+inputs through its cache with the prefetcher ahead, and writes each result at its home
+(remote homes with one put per piece).
 
 Python works per unit and per box, never per element (DESIGN rule 1): a unit is a flat
 element range of the target in C order, cut into at most 2*ndim-1 rectangular boxes
