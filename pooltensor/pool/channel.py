@@ -36,8 +36,11 @@ class Channel:
     def send(self, data):
         """Send one frame (bytes); PeerLost when the other end is gone."""
         try:
-            self.sock.sendall(_LEN.pack(len(data)))
-            self.sock.sendall(data)
+            if len(data) < 1 << 16:          # one system call (a wake-up of the peer) for both
+                self.sock.sendall(_LEN.pack(len(data)) + data)
+            else:
+                self.sock.sendall(_LEN.pack(len(data)))
+                self.sock.sendall(data)
         except OSError as e:
             raise PeerLost(f"member {self.peer} is gone ({e.strerror or e})",
                            rank=self.peer) from None
