@@ -17,6 +17,10 @@ if str(SCRIPTS) not in sys.path:
 
 SLAB = 64     # a few elements a slab: selections cross slab boundaries and members
 
+# the huge-page warning says something of this machine, not of the code under test (its own
+# test turns it back on): off here and in every process the tests start
+os.environ.setdefault("POOLTENSOR_THP_WARNING", "0")
+
 
 def pool_fixture(*pools, **init):
     """A module-scoped `pool` fixture: a pool built in this process (a plain script as far as

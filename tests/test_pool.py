@@ -23,7 +23,10 @@ E = SLAB // 8                       # float64 elements per slab
 @pytest.fixture(scope="module")
 def pool():
     pt.finalize()
-    p = pt.init(members=3, slab_size=SLAB, memory=256 * SLAB, cache_bytes=8 * SLAB)
+    # the copying path (members stand in for other machines): the cache and the prefetcher
+    # are what these tests are about; the mapped path is test_attach.py's
+    p = pt.init(members=3, slab_size=SLAB, memory=256 * SLAB, cache_bytes=8 * SLAB,
+                attach=False)
     yield p
     pt.finalize()
 
