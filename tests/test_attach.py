@@ -96,6 +96,22 @@ def test_reads_and_writes_give_numpys_bytes(pool, ops, placement):
     del x
 
 
+@pytest.mark.parametrize("placement", ["interleave", [1]])
+def test_readonly_arrays_are_initialized_at_home(pool, placement):
+    ref = np.random.default_rng(3).standard_normal(N)
+    x = pt.asarray(ref, access="readonly", placement=placement)
+    assert x.access == "readonly"
+    assert _home_bytes(pool, x).tobytes() == ref.tobytes()
+    np.testing.assert_array_equal(x.to_numpy(), ref)
+    assert x[N - 1] == ref[N - 1] and x[3] == ref[3]
+    with pytest.raises(ValueError, match="read-only"):
+        x[0] = 1.0
+    if pool.size > 1:          # the members refuse a put into their ro heaps themselves
+        with pytest.raises(Exception):
+            pool.win_ro.put(1, 0, np.zeros(8, np.uint8))
+    del x
+
+
 def test_scalar_memo_sees_writes_and_invalidation(pool):
     ref = np.arange(N, dtype=np.float64)
     x = pt.asarray(ref.copy(), placement="interleave")

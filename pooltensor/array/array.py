@@ -20,6 +20,7 @@ from ..errors import MaterializeTooLarge
 
 CHUNK = 64 << 20      # bytes moved at a time when one pool array is assigned to another
 MEMO_SLABS = 64       # slabs an allocation remembers for x[i] (see ndarray._scalar)
+DIRECT_POPULATE = 16 << 20   # x[i] on a mapped array up to this size populates it first
 _IMPLIED = {np.dtype(np.float64), np.dtype(np.int_), np.dtype(np.bool_),
             np.dtype(np.complex128)}
 
@@ -197,7 +198,8 @@ class ndarray(NDArrayOperatorsMixin):
         S = a.slab
         k0, k1 = lo // S, (hi - 1) // S
         m, s0 = a.members[k0], a.slots[k0]
-        if any(a.members[k] != m or a.slots[k] != s0 + k - k0 for k in range(k0, k1 + 1)):
+        if k1 - k0 >= 1 << 16 or any(a.members[k] != m or a.slots[k] != s0 + k - k0
+                                     for k in range(k0, k1 + 1)):
             return
         if m == pool.me:
             buf = pool.local[a.heap]
@@ -205,13 +207,14 @@ class ndarray(NDArrayOperatorsMixin):
             buf = pool.mapped.get((a.heap, m)) if pool.mapped else None
             if buf is None:
                 return
-            transfer.populate_range(pool, a, lo, hi)
+            if hi - lo <= DIRECT_POPULATE:      # (more would commit a member's memory for
+                transfer.populate_range(pool, a, lo, hi)    # a few reads)
         base = s0 * S - k0 * S                 # allocation byte b is heap byte b + base
         v = np.ndarray(self._shape, self._dtype, buffer=buf, offset=self._off + base,
                        strides=self._strides)
         v.flags.writeable = False
         views = pool.views
-        if len(views) >= 4096:
+        if len(views) % 4096 == 4095:          # now and then: forget the dead
             for key in [key for key, r in views.items() if r() is None]:
                 del views[key]
         views[id(self)] = weakref.ref(self)
