@@ -148,6 +148,14 @@ def test_scalar_reads_refuse_after_finalize():
         z = pt.asarray(np.arange(N, dtype=np.float64), placement="interleave")
         assert x[5] == 5 and y[6] == 6 and z[7] == 7 and z[N - 1] == N - 1
         assert x[-1] == N - 1 and y[-N] == 0
+        ref = np.arange(N, dtype=np.float64)
+        for arr in (x, y, z):                   # one run, another member's, both (parts)
+            for v, r in ((arr, ref), (arr[::-3], ref[::-3]), (arr[5:-7:2], ref[5:-7:2])):
+                assert [v[i] for i in range(-len(r), len(r))] == list(r) * 2
+        w = pt.asarray(np.arange(N, dtype=np.int16), placement="block")
+        assert [w[i] for i in range(N)] == list(range(N))
+        assert (z._parts is not None, x._np is not None, y._np is not None) == (
+            bool(p.mapped), True, bool(p.mapped))
         with pytest.raises(IndexError, match=f"index {N} is out of bounds for axis 0"):
             x[N]
         with pytest.raises(IndexError):

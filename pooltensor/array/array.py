@@ -21,6 +21,7 @@ from ..errors import MaterializeTooLarge
 CHUNK = 64 << 20      # bytes moved at a time when one pool array is assigned to another
 MEMO_SLABS = 64       # slabs an allocation remembers for x[i] (see ndarray._scalar)
 DIRECT_POPULATE = 16 << 20   # x[i] on a mapped array up to this size populates it first
+DIRECT_SLABS = 4096          # x[i] keeps views of at most this many slabs per array
 _IMPLIED = {np.dtype(np.float64), np.dtype(np.int_), np.dtype(np.bool_),
             np.dtype(np.complex128)}
 
@@ -46,13 +47,15 @@ class ndarray(NDArrayOperatorsMixin):
     in-place forms) are numpy's ufuncs (NDArrayOperatorsMixin), which come back to
     __array_ufunc__: numpy's semantics, computed blockwise where the slabs live."""
 
-    __slots__ = ("_a", "_off", "_shape", "_strides", "_dtype", "_np", "_tried", "__weakref__")
+    __slots__ = ("_a", "_off", "_shape", "_strides", "_dtype", "_np", "_parts", "_tried",
+                 "__weakref__")
 
     def __init__(self, alloc, off, shape, strides, dtype):
         self._a, self._off = alloc, off
         self._shape, self._strides, self._dtype = tuple(shape), tuple(strides), dtype
         self._np = None          # x[i]: a numpy view of the whole array, where one can be
-        self._tried = False      # made (see _direct); tried once
+        self._parts = None       # made, else one per slab (see _direct); tried once
+        self._tried = False
 
     # -- description ---------------------------------------------------------------------
     @property
@@ -142,6 +145,14 @@ class ndarray(NDArrayOperatorsMixin):
             v = self._np
             if v is not None:
                 return v[index]
+            p = self._parts      # (first element, step, slab views, shift, mask), elements
+            if p is not None:
+                n = self._shape[0]
+                if index < 0:
+                    index += n
+                if 0 <= index < n:
+                    e = p[0] + index * p[1]
+                    return p[2][e >> p[3]][e & p[4]]
         if type(index) is int and len(self._shape) == 1:
             if not self._tried:
                 self._direct()
@@ -187,8 +198,10 @@ class ndarray(NDArrayOperatorsMixin):
     def _direct(self):
         """Make self._np, a numpy view of this 1-D array, when all its bytes lie in one run
         of consecutive slots of this process's memory or of a member's mapped here: x[i] is
-        then numpy's own indexing (its bounds, its errors). Memory that stays put until the
-        pool closes, which drops these views (Pool.views); writes land in the same memory."""
+        then numpy's own indexing (its bounds, its errors). Else, when every slab it touches
+        is in such memory (but in several runs), self._parts: a numpy view per slab, and
+        x[i] picks one with a shift and a mask. This memory stays put until the pool closes,
+        which drops these views (Pool.views); writes land in the same memory."""
         self._tried = True
         a = self._a
         pool = a.pool
@@ -197,28 +210,39 @@ class ndarray(NDArrayOperatorsMixin):
         lo, hi = layout.extent(self._off, self._shape, self._strides, self.itemsize)
         S = a.slab
         k0, k1 = lo // S, (hi - 1) // S
-        m, s0 = a.members[k0], a.slots[k0]
-        if k1 - k0 >= 1 << 16 or any(a.members[k] != m or a.slots[k] != s0 + k - k0
-                                     for k in range(k0, k1 + 1)):
+        if k1 - k0 >= DIRECT_SLABS:
             return
-        if m == pool.me:
-            buf = pool.local[a.heap]
-        else:
-            buf = pool.mapped.get((a.heap, m)) if pool.mapped else None
+        bufs = []
+        for k in range(k0, k1 + 1):
+            m = a.members[k]
+            buf = pool.local[a.heap] if m == pool.me else (pool.mapped.get((a.heap, m))
+                                                           if pool.mapped else None)
             if buf is None:
                 return
-            if hi - lo <= DIRECT_POPULATE:      # (more would commit a member's memory for
-                transfer.populate_range(pool, a, lo, hi)    # a few reads)
-        base = s0 * S - k0 * S                 # allocation byte b is heap byte b + base
-        v = np.ndarray(self._shape, self._dtype, buffer=buf, offset=self._off + base,
-                       strides=self._strides)
-        v.flags.writeable = False
+            bufs.append(buf)
+        if hi - lo <= DIRECT_POPULATE:          # (more would commit a member's memory for
+            transfer.populate_range(pool, a, lo, hi)    # a few reads)
+        s0 = a.slots[k0]
+        it = self.itemsize
+        if all(b is bufs[0] and a.slots[k] == s0 + k - k0
+               for b, k in zip(bufs, range(k0, k1 + 1))):
+            base = s0 * S - k0 * S             # allocation byte b is heap byte b + base
+            v = np.ndarray(self._shape, self._dtype, buffer=bufs[0], offset=self._off + base,
+                           strides=self._strides)
+            v.flags.writeable = False
+            self._np = v
+        elif (S // it) & (S // it - 1) == 0:   # elements per slab: a power of two
+            views = [buf[a.slots[k] * S:(a.slots[k] + 1) * S].view(self._dtype)
+                     for buf, k in zip(bufs, range(k0, k1 + 1))]
+            self._parts = ((self._off - k0 * S) // it, self._strides[0] // it, views,
+                           (S // it).bit_length() - 1, S // it - 1)
+        else:
+            return
         views = pool.views
         if len(views) % 4096 == 4095:          # now and then: forget the dead
             for key in [key for key, r in views.items() if r() is None]:
                 del views[key]
         views[id(self)] = weakref.ref(self)
-        self._np = v
 
     def _scalar(self, b):
         """The element at byte b of the allocation, as a numpy scalar.

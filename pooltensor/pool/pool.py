@@ -556,7 +556,7 @@ class Pool:
         for r in list(self.views.values()):
             v = r()
             if v is not None:
-                v._np = None
+                v._np = v._parts = None
         mapping.release(self)
         try:
             self.cache.clear(release=True)
