@@ -2,6 +2,7 @@
 
     python bench/ops.py [--quick] [--members 2,3] [--size BYTES] [--out DIR]
     mpiexec -n 2 python bench/ops.py [--quick]
+    python bench/ops.py --scalar [--quick]
 
 Two operations over float64 arrays of --size bytes each (default 128 MiB, quick 32 MiB), with
 a slab cache of an eighth of that (so the arrays never fit in it):
@@ -26,6 +27,13 @@ Throughput = bytes moved / seconds; ratio = numpy's time / ours. Every timing in
 and numpy's (each repeat runs every contender once, in an order rotated from repeat to repeat:
 common.interleaved), medians of --repeats. Results: DIR/ops[-quick]
 (.json, .txt, .png) for the plain script, DIR/ops-spmdN[-quick].* under SPMD.
+
+--scalar: random scalar reads x[i] over a 4 MiB float64 array against numpy's a[i] on the
+same values, in the same run (interleaved), members=2: slabs homed by this process, by a
+member on this machine (mapped in place), spread over both ('block'), and by a member read
+through the slab cache (attach=False: the member stands in for another machine; the cache
+holds the whole array). Cost = our time per read / numpy's (aims: <= 3 on this process's or
+mapped slabs, <= 5 on cached ones). DIR/ops-scalar[-quick].*
 """
 import argparse
 import os
@@ -56,6 +64,8 @@ def parse():
     p.add_argument("--members", default="2,3", help="plain script: member counts (e.g. 2,3)")
     p.add_argument("--size", type=int, default=None, help="bytes per array")
     p.add_argument("--repeats", type=int, default=None, help="repeats (default 7, quick 3)")
+    p.add_argument("--scalar", action="store_true",
+                   help="only random x[i] over a 4 MiB array, against numpy's a[i]")
     a = p.parse_args()
     a.size = a.size or (32 * MiB if a.quick else 128 * MiB)
     a.repeats = a.repeats or (3 if a.quick else 7)
@@ -109,6 +119,84 @@ def plain(args):
              f"slabs)")
     labels = [f"{r['members']}m {r['placement']}\n{r['op']}" for r in rows]
     return title, table, rows, raw, labels
+
+
+# -- scalar reads --------------------------------------------------------------------------------
+
+SCALAR_BYTES = 4 * MiB
+# (case, attach, placement, aim: the most our time per read may be against numpy's)
+SCALAR_CASES = [("local", True, [0], 3.0), ("mapped", True, [1], 3.0),
+                ("local+mapped", True, "block", 3.0), ("cached", False, [1], 5.0)]
+
+
+def scalar(args):
+    """Random x[i] against numpy's a[i], per case of SCALAR_CASES (members=2)."""
+    rows, raw = [], {}
+    n = SCALAR_BYTES // 8
+    count = 20000 if args.quick else 100000
+    idx = np.random.default_rng(0).integers(0, n, count).tolist()
+
+    def reads(arr):
+        def run():
+            for i in idx:
+                arr[i]
+        return run
+    for case, attach, placement, aim in SCALAR_CASES:
+        pt.init(members=2, attach=attach)
+        x = pt.random.random(n, seed=1, placement=placement)
+        a = x.to_numpy()
+        assert all(x[i] == a[i] for i in idx[:2000]), "x[i] differs from numpy"
+        t = common.interleaved({"ours": reads(x), "numpy": reads(a)}, args.repeats)
+        to, tn = statistics.median(t["ours"]) / count, statistics.median(t["numpy"]) / count
+        rows.append({"case": case, "attach": attach, "where": {str(k): v for k, v in
+                                                               x.where().items()},
+                     "ours_ns": to * 1e9, "numpy_ns": tn * 1e9, "cost": to / tn, "aim": aim})
+        raw[case] = t
+        del x
+        pt.finalize()
+    headers = ["case", "ours ns/read", "numpy ns/read", "ours/numpy time", "aim <="]
+    table = common.format_table(headers, [[r["case"], r["ours_ns"], r["numpy_ns"], r["cost"],
+                                           r["aim"]] for r in rows])
+    title = (f"random x[i] over {human_size(SCALAR_BYTES)} float64, members=2, {count} reads "
+             f"a repeat; cost = our time per read / numpy's a[i]")
+    return title, table, rows, raw
+
+
+def plot_scalar(path, title, rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = np.arange(len(rows))
+    for off, key, name in ((-0.2, "ours_ns", "ours"), (0.2, "numpy_ns", "numpy a[i]")):
+        ax.bar(xs + off, [r[key] for r in rows], 0.4, label=name)
+    for x, r in zip(xs, rows):
+        ax.annotate(f"{r['cost']:.2f}x (aim <= {r['aim']:g})", (x, max(r["ours_ns"],
+                    r["numpy_ns"])), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([r["case"] for r in rows], fontsize=8)
+    ax.set_ylabel("ns per read")
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=8, wrap=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main_scalar(args):
+    title, table, rows, raw = scalar(args)
+    print(title)
+    print(table)
+    name = "ops-scalar" + ("-quick" if args.quick else "")
+    os.makedirs(args.out, exist_ok=True)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    common.write_json(os.path.join(args.out, name + ".json"), {
+        "machine": common.machine_info(size=SCALAR_BYTES, repeats=args.repeats, load=load),
+        "title": title, "rows": rows, "raw_seconds": raw})
+    with open(os.path.join(args.out, name + ".txt"), "w") as f:
+        f.write(title + "\n" + table + "\n")
+    plot_scalar(os.path.join(args.out, name + ".png"), title, rows)
+    print(f"load average {load}; results in {args.out}/{name}.*")
 
 
 # -- SPMD ----------------------------------------------------------------------------------------
@@ -245,6 +333,8 @@ def plot(path, title, rows, is_spmd):
 
 def main():
     args = parse()
+    if args.scalar:
+        return main_scalar(args)
     is_spmd = _launched()
     res = spmd(args) if is_spmd else plain(args)
     if res is None:

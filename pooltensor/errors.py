@@ -33,3 +33,9 @@ class FallbackWarning(UserWarning):
 
 
 PerformanceWarning = FallbackWarning
+
+
+class HugePageWarning(UserWarning):
+    """Shared memory on this machine gets no transparent huge pages (shmem_enabled is off):
+    pool memory is backed 4 KiB at a time, which is slower (never wrong). Said once per
+    process; silenced by POOLTENSOR_THP_WARNING=0 or a warnings filter."""

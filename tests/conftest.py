@@ -22,6 +22,10 @@ SLAB = 64     # a few elements a slab: selections cross slab boundaries and memb
 # to the script: test_members.py pins that threshold).
 os.environ.setdefault("POOLTENSOR_MEMBER_WORK_MIN", "0")
 
+# the huge-page warning says something of this machine, not of the code under test (its own
+# test turns it back on): off here and in every process the tests start
+os.environ.setdefault("POOLTENSOR_THP_WARNING", "0")
+
 
 def pool_fixture(*pools, **init):
     """A module-scoped `pool` fixture: a pool built in this process (a plain script as far as

@@ -12,13 +12,30 @@ from pooltensor.pool.alloc import SlabAllocator
 pytestmark = pytest.mark.timeout(120)
 
 
-def _model_alloc(free, k):
-    """What the allocator must hand out for k slabs from free runs `free`: the shortest run
-    that is long enough (the first of equals), else the largest runs first, sorted."""
-    fits = [(ln, i) for i, (_, ln) in enumerate(free) if ln >= k]
+def _runs(slots):
+    """Sorted slots as coalesced runs [(start, length), ...]."""
+    runs = []
+    for s in sorted(slots):
+        if runs and runs[-1][0] + runs[-1][1] == s:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((s, 1))
+    return runs
+
+
+def _model_alloc(free, k, hwm):
+    """What the allocator must hand out for k slabs from free runs `free` when slabs below
+    `hwm` were handed out before (touched): the shortest touched run that is long enough (the
+    first of equals); else, if the touched slabs are enough, the largest touched runs first,
+    sorted; else every touched slab and the first fresh ones from hwm on."""
+    touched = [(st_, max(0, min(st_ + ln, hwm) - st_)) for st_, ln in free]
+    fits = [(ln, i) for i, (_, ln) in enumerate(touched) if ln >= k]
     if fits:
         return [(free[min(fits)[1]][0], k)]
-    free, runs, left = list(free), [], k
+    if sum(ln for _, ln in touched) < k:
+        have = {s for st_, ln in touched for s in range(st_, st_ + ln)}
+        return _runs(have | set(range(hwm, hwm + k - len(have))))
+    free, runs, left = [r for r in touched if r[1]], [], k
     while left:
         i = max(range(len(free)), key=lambda j: free[j][1])
         start, ln = free[i]
@@ -38,14 +55,15 @@ def test_allocator_against_a_model(n, ops):
     used = set()
     for do_alloc, k in ops:
         if do_alloc:
-            free = a.free_runs()
+            free, hwm = a.free_runs(), a.hwm
             runs = a.alloc(k)
             if k > n - len(used):
                 assert runs is None
                 continue
             slabs = {s for st_, ln in runs for s in range(st_, st_ + ln)}
             assert len(slabs) == k and not slabs & used and all(0 <= s < n for s in slabs)
-            assert runs == _model_alloc(free, k), (free, k, runs)
+            assert runs == _model_alloc(free, k, hwm), (free, k, hwm, runs)
+            assert a.hwm == max([hwm] + [st_ + ln for st_, ln in runs])
             used |= slabs
             owned.append(runs)
         elif owned:
@@ -74,8 +92,8 @@ def test_allocator_best_fit_double_free_and_hwm():
     assert a.fragmentation() > 0
     with pytest.raises(ValueError, match="already free"):
         a.free(r1)
-    assert a.alloc(7) == [(0, 2), (5, 5)]  # no run long enough: largest runs first
-    assert a.alloc(1) == [(2, 1)] and a.alloc(1) is None
+    assert a.alloc(7) == [(0, 3), (5, 4)]  # every touched slab (below 8), then fresh ones
+    assert a.hwm == 9 and a.alloc(1) == [(9, 1)] and a.alloc(1) is None
     b = SlabAllocator(20)                  # holes of 5 and 2 ahead of the tail
     parts = [b.alloc(k) for k in (5, 1, 2, 1)]
     b.free(parts[0])
@@ -83,6 +101,28 @@ def test_allocator_best_fit_double_free_and_hwm():
     assert b.free_runs() == [(0, 5), (6, 2), (9, 11)]
     assert b.alloc(2) == [(6, 2)]          # best fit: the shortest run enough, not the first
     assert b.alloc(4) == [(0, 4)]
+
+
+def test_allocator_hands_out_touched_slabs_first():
+    a = SlabAllocator(100)
+    parts = [a.alloc(k) for k in (3, 1, 2, 1, 4)]      # slabs 0..10 touched
+    assert a.hwm == 11
+    for i in (0, 2, 4):
+        a.free(parts[i])
+    assert a.free_runs() == [(0, 3), (4, 2), (7, 93)]   # the tail run starts at 7 < hwm
+    assert a.alloc(4) == [(7, 4)]          # the touched part of the tail, not fresh 11..14
+    assert a.hwm == 11
+    assert a.alloc(4) == [(0, 3), (4, 1)]  # no touched run is enough: largest touched first
+    assert a.hwm == 11
+    assert a.alloc(3) == [(5, 1), (11, 2)]  # the last touched slab, then fresh ones
+    assert a.hwm == 13
+    b = SlabAllocator(100)                 # the same calls give the same slabs
+    for k in (3, 1, 2, 1, 4):
+        b.alloc(k)
+    for r in ([(0, 3)], [(4, 2)], [(7, 4)]):
+        b.free(r)
+    assert [b.alloc(4), b.alloc(4), b.alloc(3)] == [[(7, 4)], [(0, 3), (4, 1)],
+                                                    [(5, 1), (11, 2)]]
 
 
 def test_placement_policies():

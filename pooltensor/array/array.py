@@ -9,6 +9,7 @@ Where an element lives: byte b of the array's allocation is in slab b // slab_si
 ``slab_members[b // slab_size]``.
 """
 import operator
+import weakref
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
@@ -18,6 +19,9 @@ from ..cache import layout, prefetch, transfer
 from ..errors import MaterializeTooLarge
 
 CHUNK = 64 << 20      # bytes moved at a time when one pool array is assigned to another
+MEMO_SLABS = 64       # slabs an allocation remembers for x[i] (see ndarray._scalar)
+DIRECT_POPULATE = 16 << 20   # x[i] on a mapped array up to this size populates it first
+DIRECT_SLABS = 4096          # x[i] keeps views of at most this many slabs per array
 _IMPLIED = {np.dtype(np.float64), np.dtype(np.int_), np.dtype(np.bool_),
             np.dtype(np.complex128)}
 
@@ -43,11 +47,15 @@ class ndarray(NDArrayOperatorsMixin):
     in-place forms) are numpy's ufuncs (NDArrayOperatorsMixin), which come back to
     __array_ufunc__: numpy's semantics, computed blockwise where the slabs live."""
 
-    __slots__ = ("_a", "_off", "_shape", "_strides", "_dtype", "__weakref__")
+    __slots__ = ("_a", "_off", "_shape", "_strides", "_dtype", "_np", "_parts", "_tried",
+                 "__weakref__")
 
     def __init__(self, alloc, off, shape, strides, dtype):
         self._a, self._off = alloc, off
         self._shape, self._strides, self._dtype = tuple(shape), tuple(strides), dtype
+        self._np = None          # x[i]: a numpy view of the whole array, where one can be
+        self._parts = None       # made, else one per slab (see _direct); tried once
+        self._tried = False
 
     # -- description ---------------------------------------------------------------------
     @property
@@ -133,17 +141,34 @@ class ndarray(NDArrayOperatorsMixin):
 
     # -- reading ---------------------------------------------------------------------------
     def __getitem__(self, index):
-        if type(index) is int and len(self._shape) == 1:       # the hot path: x[i]
+        if type(index) is int:                                  # the hot path: x[i]
+            v = self._np
+            if v is not None:
+                return v[index]
+            p = self._parts      # (first element, step, slab views, shift, mask), elements
+            if p is not None:
+                n = self._shape[0]
+                if index < 0:
+                    index += n
+                if 0 <= index < n:
+                    e = p[0] + index * p[1]
+                    return p[2][e >> p[3]][e & p[4]]
+        if type(index) is int and len(self._shape) == 1:
+            if not self._tried:
+                self._direct()
+                if self._np is not None:
+                    return self._np[index]
             n = self._shape[0]
             if index < 0:
                 index += n
             if 0 <= index < n:
                 b = self._off + index * self._strides[0]
-                m = self._a.memo        # (lo, hi, typed slab, shift, cache, gen, remote)
-                if m is not None and m[0] <= b < m[1] and m[4].gen == m[5]:
-                    if m[6]:
-                        m[4].hits += 1
-                    return m[2][(b - m[0]) >> m[3]]
+                a = self._a
+                v = a.memo.get(b // a.slab)   # (typed slab, owner, cache or None, lo, shift)
+                if v is not None and v[1].attached:
+                    if v[2] is not None:
+                        v[2].hits += 1
+                    return v[0][(b - v[3]) >> v[4]]
                 return self._scalar(b)
         if type(index) is tuple and len(index) == len(self._shape):    # x[i, j, ...]
             b = self._off
@@ -156,11 +181,6 @@ class ndarray(NDArrayOperatorsMixin):
                     break                    # the general path raises numpy's IndexError
                 b += i * st
             else:
-                m = self._a.memo
-                if m is not None and m[0] <= b < m[1] and m[4].gen == m[5]:
-                    if m[6]:
-                        m[4].hits += 1
-                    return m[2][(b - m[0]) >> m[3]]
                 return self._scalar(b)
         self._check()
         idx = _as_index(index)
@@ -175,27 +195,97 @@ class ndarray(NDArrayOperatorsMixin):
             return self._scalar(self._off + offs)
         return self._gather(offs + self._off)
 
-    def _scalar(self, b):
-        """The element at byte b of the allocation, as a numpy scalar (and remember its slab
-        so the next x[i] in the same slab is a few operations)."""
+    def _direct(self):
+        """Make self._np, a numpy view of this 1-D array, when all its bytes lie in one run
+        of consecutive slots of this process's memory or of a member's mapped here: x[i] is
+        then numpy's own indexing (its bounds, its errors). Else, when every slab it touches
+        is in such memory (but in several runs), self._parts: a numpy view per slab, and
+        x[i] picks one with a shift and a mask. This memory stays put until the pool closes,
+        which drops these views (Pool.views); writes land in the same memory."""
+        self._tried = True
         a = self._a
-        m = a.memo
-        if m is not None and m[0] <= b < m[1] and m[4].gen == m[5]:
-            if m[6]:
-                m[4].hits += 1
-            return m[2][(b - m[0]) >> m[3]]
+        pool = a.pool
+        if pool.closed or self.size == 0:
+            return
+        lo, hi = layout.extent(self._off, self._shape, self._strides, self.itemsize)
+        S = a.slab
+        k0, k1 = lo // S, (hi - 1) // S
+        if k1 - k0 >= DIRECT_SLABS:
+            return
+        bufs = []
+        for k in range(k0, k1 + 1):
+            m = a.members[k]
+            buf = pool.local[a.heap] if m == pool.me else (pool.mapped.get((a.heap, m))
+                                                           if pool.mapped else None)
+            if buf is None:
+                return
+            bufs.append(buf)
+        if hi - lo <= DIRECT_POPULATE:          # (more would commit a member's memory for
+            transfer.populate_range(pool, a, lo, hi)    # a few reads)
+        s0 = a.slots[k0]
+        it = self.itemsize
+        if all(b is bufs[0] and a.slots[k] == s0 + k - k0
+               for b, k in zip(bufs, range(k0, k1 + 1))):
+            base = s0 * S - k0 * S             # allocation byte b is heap byte b + base
+            v = np.ndarray(self._shape, self._dtype, buffer=bufs[0], offset=self._off + base,
+                           strides=self._strides)
+            v.flags.writeable = False
+            self._np = v
+        elif (S // it) & (S // it - 1) == 0:   # elements per slab: a power of two
+            views = [buf[a.slots[k] * S:(a.slots[k] + 1) * S].view(self._dtype)
+                     for buf, k in zip(bufs, range(k0, k1 + 1))]
+            self._parts = ((self._off - k0 * S) // it, self._strides[0] // it, views,
+                           (S // it).bit_length() - 1, S // it - 1)
+        else:
+            return
+        views = pool.views
+        if len(views) % 4096 == 4095:          # now and then: forget the dead
+            for key in [key for key, r in views.items() if r() is None]:
+                del views[key]
+        views[id(self)] = weakref.ref(self)
+
+    def _scalar(self, b):
+        """The element at byte b of the allocation, as a numpy scalar.
+
+        The slabs read this way are remembered (Allocation.memo: slab -> a typed view of its
+        bytes and their owner), so the next x[i] in any of them is a few operations. The
+        owner says whether the view is still right: a cache entry (its frame holds a remote
+        slab's bytes until the entry leaves the cache: evicted, stale, freed, replaced) or
+        cache.live for this process's own memory and mapped members' (right until the pool
+        closes). Writes update those bytes in place, so a view stays right while its owner
+        is attached."""
+        a = self._a
+        S = a.slab
+        k = b // S
+        v = a.memo.get(k)
+        if v is not None and v[1].attached:
+            if v[2] is not None:
+                v[2].hits += 1
+            return v[0][(b - v[3]) >> v[4]]
         pool = a.pool
         if pool.closed:
             pool.check_open()
-        S = pool.slab_size
-        k = b // S
-        buf = transfer.slab_read(pool, a, k)
-        typed = buf.view(self._dtype)
         cache = pool.cache
-        a.memo = (k * S, k * S + min(S, a.nbytes - k * S), typed,
-                  self._dtype.itemsize.bit_length() - 1, cache, cache.gen,
-                  a.members[k] != pool.me)
-        return typed[(b - k * S) // self._dtype.itemsize]
+        m, slot = a.members[k], a.slots[k]
+        counter = None
+        owner = cache.live
+        if m == pool.me:
+            buf = pool.local[a.heap][slot * S:(slot + 1) * S]
+        elif pool.mapped and (a.heap, m) in pool.mapped:
+            buf = transfer.slab_read(pool, a, k)          # populated, all it holds
+        else:
+            owner = transfer.slab_entry(pool, a, k)
+            buf, counter = owner.frame, cache
+        typed = buf.view(self._dtype)
+        shift = self._dtype.itemsize.bit_length() - 1
+        memo = a.memo
+        if len(memo) >= MEMO_SLABS:
+            for key in [key for key, w in memo.items() if not w[1].attached]:
+                del memo[key]
+            if len(memo) >= MEMO_SLABS:
+                memo.clear()
+        memo[k] = (typed, owner, counter, k * S, shift)
+        return typed[(b - k * S) >> shift]
 
     @classmethod
     def _allocate(cls, pool, shape, dtype, access="readwrite", placement=None):

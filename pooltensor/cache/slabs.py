@@ -72,6 +72,9 @@ class SlabCache:
         self._free = []
         self.nframes = 0          # frames allocated and not discarded (in use + free list)
         self.gen = 0              # bumped whenever an entry leaves (memo checks use it)
+        # stands for the memory of this process and of mapped members in x[i] memos: valid
+        # (attached) until the pool closes, as a cache entry is until it leaves the table
+        self.live = Entry(None, None, 0, None, False)
         self.hits = self.misses = self.evictions = 0
         self.bytes_fetched = 0
         self.direct = 0           # reads served from a same-machine member's mapped memory

@@ -3,9 +3,13 @@
 A view is cut into slab pieces (layout.decompose); each piece is one numpy copy between a
 slab's bytes and the matching block of the numpy array, so Python runs per slab, never per
 element or byte. A slab's bytes are: a view of this member's own heap (no copy), or the
-frame of a cached copy of a remote slab (faulted in with one Window.get when missing).
+frame of a cached copy of a remote slab (faulted in with one Window.get when missing), or,
+for a member on this machine, a view of its heap mapped here (pool.mapped; no copy, no
+cache). A mapped range is populated in one call before it is read or written (populate.py),
+never faulted in page by page.
 
-Writes are write-through: a remote slab is written at its home with Window.put, and a cached
+Writes into a mapped member's slab are numpy copies into its memory (pool.mapped_w). Other
+writes are write-through: a remote slab is written at its home with Window.put, and a cached
 copy, if any, is updated the same way. Writes are element-precise in SPMD: other ranks may be
 writing the neighbouring elements of the same slab, so only the bytes of the selected
 elements are put (one put per contiguous run). A plain script without computing members
@@ -17,11 +21,14 @@ import numpy as np
 
 from . import prefetch
 from .fault import fetch
+from .populate import populate
 from .layout import SLAB, contiguous, counterpart, decompose, extent, group_by_slab, normalize
 
 
-def slab_read(pool, alloc, k):
-    """The bytes of slab k of `alloc` (a uint8 array of slab_size): local or cached."""
+def slab_read(pool, alloc, k, lo=0, hi=None):
+    """The bytes of slab k of `alloc` (a uint8 array of slab_size): local, mapped or cached.
+    A mapped slab's bytes [lo, hi) (default: all it holds) are populated first; hi=lo: none
+    (the caller populated them)."""
     m = alloc.members[k]
     slot = alloc.slots[k]
     S = pool.slab_size
@@ -30,8 +37,38 @@ def slab_read(pool, alloc, k):
     mapped = pool.mapped.get((alloc.heap, m)) if pool.mapped else None
     if mapped is not None:
         pool.cache.direct += 1
-        return mapped[slot * S:(slot + 1) * S]
+        base = slot * S
+        populate(mapped, base + lo, base + (alloc.slab_len(k) if hi is None else hi))
+        return mapped[base:base + S]
     return slab_entry(pool, alloc, k).frame
+
+
+def populate_range(pool, alloc, lo, hi, write=False):
+    """Populate the mapped (or, for writes, local) memory behind bytes [lo, hi) of the
+    allocation: one call per run of consecutive slots of one member. Returns whether any
+    slab of the range is mapped or local (else nothing was done)."""
+    S = pool.slab_size
+    maps = pool.mapped_w if write else pool.mapped
+    heap, me = alloc.heap, pool.me
+    run = None                 # (buffer, first byte, end byte) of the run being extended
+    any_ = False
+    for k in range(lo // S, (hi - 1) // S + 1):
+        m = alloc.members[k]
+        buf = (pool.local[heap] if write else None) if m == me else maps.get((heap, m))
+        if buf is None:
+            continue
+        any_ = True
+        a = alloc.slots[k] * S + max(lo - k * S, 0)
+        b = alloc.slots[k] * S + min(hi - k * S, S)
+        if run is not None and run[0] is buf and run[2] == a:
+            run[2] = b
+            continue
+        if run is not None:
+            populate(run[0], run[1], run[2], write)
+        run = [buf, a, b]
+    if run is not None:
+        populate(run[0], run[1], run[2], write)
+    return any_
 
 
 def slab_entry(pool, alloc, k):
@@ -68,7 +105,8 @@ def read(pool, alloc, off, shape, strides, dtype, out):
     for p in decompose(noff, nshape, nstrides, it, S):
         if p[0] == SLAB:
             _, k, o, sh, st, sel = p
-            buf = slab_read(pool, alloc, k)
+            plo, phi = extent(o, sh, st, it)
+            buf = slab_read(pool, alloc, k, plo, phi)
             src = np.ndarray(sh, dtype, buffer=buf, offset=o, strides=st)
             if sel:
                 cn[sel] = src
@@ -84,17 +122,19 @@ def _read_range(pool, alloc, lo, hi, blk, dtype, big):
     S = pool.slab_size
     it = dtype.itemsize
     flat = blk.reshape(-1).view(np.uint8) if blk.flags.c_contiguous else None
+    filled = bool(pool.mapped) and populate_range(pool, alloc, lo, hi)
     inflight = []
     try:
         for k in range(lo // S, (hi - 1) // S + 1):
             a, b = max(lo, k * S), min(hi, (k + 1) * S)
             m = alloc.members[k]
             if (big and flat is not None and m != pool.me and b - a == S and
-                    (alloc.heap, m, alloc.slots[k]) not in pool.cache.entries):
+                    (alloc.heap, m, alloc.slots[k]) not in pool.cache.entries and
+                    not (filled and (alloc.heap, m) in pool.mapped)):
                 # a read bigger than the cache: full slabs go straight into the destination
                 _direct(pool, alloc, k, flat[a - lo:b - lo], inflight)
                 continue
-            buf = slab_read(pool, alloc, k)
+            buf = slab_read(pool, alloc, k, 0, 0) if filled else slab_read(pool, alloc, k)
             if flat is not None:
                 flat[a - lo:b - lo] = buf[a - k * S:b - k * S]
             else:
@@ -131,8 +171,11 @@ def gather(pool, alloc, offsets, dtype, out):
     res = out.reshape(-1)
     S = pool.slab_size
     for k, pos, within in group_by_slab(flat_off, S):
-        typed = slab_read(pool, alloc, k).view(dtype)
-        res[pos] = typed[within // dtype.itemsize]
+        if pool.mapped:
+            buf = slab_read(pool, alloc, k, int(within.min()), int(within.max()) + dtype.itemsize)
+        else:
+            buf = slab_read(pool, alloc, k)
+        res[pos] = buf.view(dtype)[within // dtype.itemsize]
     return out
 
 
@@ -186,10 +229,18 @@ def put_bytes(pool, alloc, k, o, data):
     m, slot = alloc.members[k], alloc.slots[k]
     S = pool.slab_size
     heap = alloc.heap
+    at = slot * S + o
     if m == pool.me:
-        pool.local[heap][slot * S + o:slot * S + o + len(data)] = data
-        return
-    pool.write_win[heap].put(m, slot * S + o, data)
+        buf = pool.local[heap]
+    else:
+        buf = pool.mapped_w.get((heap, m)) if pool.mapped_w else None
+        if buf is None:
+            pool.write_win[heap].put(m, at, data)
+    if buf is not None:
+        populate(buf, at, at + len(data), write=True)
+        buf[at:at + len(data)] = data
+        if m == pool.me:
+            return
     e = pool.cache.entries.get((heap, m, slot))
     if e is not None:
         pool.cache.ready(e)[o:o + len(data)] = data
@@ -201,11 +252,17 @@ def _write_piece(pool, alloc, k, o, sh, st, dtype, v):
     S = pool.slab_size
     heap = alloc.heap
     it = dtype.itemsize
-    if m == pool.me:
-        np.ndarray(sh, dtype, buffer=pool.local[heap], offset=slot * S + o, strides=st)[...] = v
-        return
+    buf = pool.local[heap] if m == pool.me else (pool.mapped_w.get((heap, m))
+                                                 if pool.mapped_w else None)
     lo, hi = extent(o, sh, st, it)
     cache = pool.cache
+    if buf is not None:        # this member's memory, or a member's mapped here
+        populate(buf, slot * S + lo, slot * S + hi, write=True)
+        np.ndarray(sh, dtype, buffer=buf, offset=slot * S + o, strides=st)[...] = v
+        e = cache.entries.get((heap, m, slot)) if m != pool.me else None
+        if e is not None:      # (a copy made before: kept right)
+            np.ndarray(sh, dtype, buffer=cache.ready(e), offset=o, strides=st)[...] = v
+        return
     e = cache.entries.get((heap, m, slot))
     if contiguous(sh, st, it):
         put_bytes(pool, alloc, k, o, np.ascontiguousarray(v, dtype).reshape(-1).view(np.uint8))
@@ -255,8 +312,13 @@ def scatter(pool, alloc, offsets, dtype, vals):
         v = flat_val[pos]
         idx = within // it
         touched.add(k)
-        if m == pool.me:
-            np.ndarray(S // it, dtype, buffer=pool.local[heap], offset=slot * S)[idx] = v
+        buf = pool.local[heap] if m == pool.me else (pool.mapped_w.get((heap, m))
+                                                     if pool.mapped_w else None)
+        if buf is not None:
+            np.ndarray(S // it, dtype, buffer=buf, offset=slot * S)[idx] = v
+            e = cache.entries.get((heap, m, slot)) if m != pool.me else None
+            if e is not None:
+                cache.ready(e).view(dtype)[idx] = v
             continue
         e = cache.entries.get((heap, m, slot))
         if pool.exclusive:

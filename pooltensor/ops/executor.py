@@ -198,7 +198,8 @@ def _mine(pool, owner, coll):
 def _local_base(pool, a, lo, hi, writable):
     """(buffer, byte offset of allocation byte 0 in it) when bytes [lo, hi) of allocation `a`
     are one piece of memory this process can address directly (homed here in consecutive
-    slots, or read-only mapped from a same-machine member); else None."""
+    slots, or mapped from a same-machine member: pool.mapped, pool.mapped_w for writing);
+    else None."""
     S = pool.slab_size
     k0, k1 = lo // S, (hi - 1) // S
     members, slots = a.members, a.slots
@@ -207,14 +208,14 @@ def _local_base(pool, a, lo, hi, writable):
         if members[k] != m or slots[k] != slots[k0] + (k - k0):
             return None
     if m == pool.me:
-        base = pool.local[a.heap]
-    elif writable or not pool.mapped:
+        return pool.local[a.heap], slots[k0] * S - k0 * S
+    maps = pool.mapped_w if writable else pool.mapped
+    base = maps.get((a.heap, m)) if maps else None
+    if base is None:
         return None
-    else:
-        base = pool.mapped.get((a.heap, m))
-        if base is None:
-            return None
-    return base, slots[k0] * S - k0 * S
+    shift = slots[k0] * S - k0 * S
+    populate(base, shift + lo, shift + hi, write=writable)     # one call, not a fault a page
+    return base, shift
 
 
 class _Scratch:

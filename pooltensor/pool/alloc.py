@@ -2,10 +2,20 @@
 
 State is a sorted list of free runs ``(start, length)``; freeing inserts a run and coalesces
 it with its neighbours, so the heap never fragments by more than what is still allocated.
-An allocation prefers one contiguous run (best fit: the smallest run that is long enough),
-because consecutive slabs of one member can then move in one transfer; when no run is long
-enough it takes the largest runs first, so it only fails when the heap has too few free slabs
-in total. Everything is deterministic: the same calls in the same order give the same slabs on
+Touched memory first. Slabs below the high-water mark ``hwm`` were handed out before: their
+pages are backed already, while a never-used slab costs a page fault per page on its first
+write (256 for a 1 MiB slab, several times the cost of the write itself). So the free slabs
+fall in two classes, touched (below hwm) and fresh (the tail from hwm on), and an allocation
+takes touched slabs whenever enough are free:
+
+1. the shortest touched run that is long enough (best fit), the first of equals;
+2. else, when the touched runs hold enough in all, the largest touched runs first;
+3. else every touched slab, and the rest from the fresh tail (contiguous with the touched
+   slabs just below hwm, when those are free).
+
+Within a class an allocation prefers one contiguous run, because consecutive slabs of one
+member can then move in one transfer; it only fails when the heap has too few free slabs in
+total. Everything is deterministic: the same calls in the same order give the same slabs on
 every process, which is what lets SPMD ranks agree on placement without messages.
 """
 import bisect
@@ -30,20 +40,36 @@ class SlabAllocator:
             return []
         if n > self.nfree:
             return None
+        hwm = self.hwm
+        touched = [min(st + ln, hwm) - st if st < hwm else 0
+                   for st, ln in zip(self._starts, self._lens)]
         best = -1
-        for i, ln in enumerate(self._lens):      # best fit: the shortest run that is enough
-            if ln >= n and (best < 0 or ln < self._lens[best]):
+        for i, ln in enumerate(touched):         # best fit: the shortest run that is enough
+            if ln >= n and (best < 0 or ln < touched[best]):
                 best = i
                 if ln == n:
                     break
         if best >= 0:
             return [self._take(best, n)]
-        runs, left = [], n
-        while left:                              # no run is enough: largest runs first
-            i = max(range(len(self._lens)), key=self._lens.__getitem__)
-            take = min(left, self._lens[i])
-            runs.append(self._take(i, take))
-            left -= take
+        have = sum(touched)
+        if have >= n:                            # largest touched runs first
+            order = sorted(range(len(touched)), key=lambda i: (-touched[i], i))
+            picks, left = [], n
+            for i in order:
+                take = min(left, touched[i])
+                picks.append((self._starts[i], take))
+                left -= take
+                if not left:
+                    break
+        else:                                    # every touched slab, then the fresh tail
+            picks = [(st, ln) for st, ln in zip(self._starts, touched) if ln]
+            tail = self._starts[-1]              # the last run reaches the end of the heap
+            extra = n - have
+            if picks and picks[-1][0] == tail:
+                picks[-1] = (tail, picks[-1][1] + extra)
+            else:
+                picks.append((tail, extra))
+        runs = [self._take(bisect.bisect_left(self._starts, st), ln) for st, ln in picks]
         runs.sort()
         return runs
 

@@ -47,6 +47,7 @@ import numpy as np
 import collectives
 
 from . import agree
+from . import mapping
 from . import placement as _placement
 from . import spawn
 from .alloc import SlabAllocator
@@ -98,14 +99,15 @@ def check_slab_size(slab_size):
 class Allocation:
     """The slabs holding one array's bytes; every view of the array shares it."""
 
-    __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo",
+    __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo", "slab",
                  "__weakref__")
 
     def __init__(self, pool, aid, nbytes, heap, members, slots):
         self.pool, self.id, self.nbytes, self.heap = pool, aid, nbytes, heap
         self.members, self.slots = members, slots      # per slab, as Python lists
         self.pf = None                                  # the prefetcher's state, made on use
-        self.memo = None                                # (slab, typed array, cache gen)
+        self.memo = {}                       # x[i]: slab -> typed view and owner (array.py)
+        self.slab = pool.slab_size
 
     @property
     def access(self):
@@ -165,7 +167,12 @@ class Pool:
         self.round = None        # the work.Round whose replies are still to be read
         self.used_hi = {}        # a member: heap -> 1 + the highest of its slots a plan used
         # -- collective setup: the same calls in the same order on every process ----------
-        cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role})
+        if attach is None:
+            attach = mapping.attach_default()
+        cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role,
+                                      "attach": bool(attach)})
+        if role == "member":              # a plain script's member maps as the script does
+            attach = cfg[0]["attach"]
         if client:        # the servers say what they granted; any slab size suits them
             cfg = [dict(cfg[0], memory=0)] + [dict(c, slab=S, memory=c["memory"] // S * S)
                                              for c in cfg[1:]]
@@ -191,17 +198,12 @@ class Pool:
         self._private = None
         self.local = {"rw": self.win_rw.buffer, "ro": self.win_ro.buffer, "pv": None}
         self.read_win = {"rw": self.win_rw, "ro": self.win_ro}
-        if attach is None:
-            attach = os.environ.get("POOLTENSOR_ATTACH", "0") not in ("", "0")
-        # (heap, member) -> that member's heap mapped read-only here (same machine only)
-        self.mapped = {}
-        if attach and role != "member":
-            for m in range(self.size):
-                if m != self.me and world.transports[m] == "shm":
-                    for heap, win in (("rw", self.win_rw), ("ro", self.win_ro)):
-                        view = win.attach(m, 0, self.capacity[m])
-                        if view is not None:
-                            self.mapped[(heap, m)] = view
+        # same-machine heaps mapped in place (mapping.py): (heap, member) -> numpy uint8
+        self.mapped, self.mapped_w = {}, {}
+        if attach and not client:
+            mapping.map_peers(self, world, writes_ro=role == "plain")
+        if role in ("plain", "spmd"):
+            mapping.check_huge_pages()
         self.write_win = {"rw": self.win_rw, "ro": self.win_ro_init}
         # -- allocation state (every process but a plain script's members) ---------------------
         self._lock = threading.RLock()
@@ -219,6 +221,7 @@ class Pool:
         self._exports = {}                 # local rw slot -> WeakSet of writable exported views
         if cache_bytes is None:
             cache_bytes = physical_memory() // 8
+        self.views = {}          # id -> weak reference: arrays with a numpy view for x[i]
         self.cache = SlabCache(S, int(cache_bytes))
         self.cache.timeout = self.timeout
         self.max_prefetch = 16
@@ -557,6 +560,12 @@ class Pool:
             return
         self.closed = True
         self.cache.gen += 1              # memos of x[i] fast paths stop matching
+        self.cache.live.attached = False
+        for r in list(self.views.values()):
+            v = r()
+            if v is not None:
+                v._np = v._parts = None
+        mapping.release(self)
         try:
             self.cache.clear(release=True)
         except Exception:

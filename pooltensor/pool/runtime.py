@@ -14,7 +14,7 @@ import numpy as np
 
 import collectives
 
-from . import client, spawn
+from . import client, mapping, spawn
 from . import placement as _placement
 from .pool import DEFAULT_SLAB, Pool, check_slab_size
 
@@ -68,7 +68,7 @@ def _made_with(pool, given):
     knows them (None where it does not: memory it was not given)."""
     attach = given["attach"]
     if attach is None:
-        attach = os.environ.get("POOLTENSOR_ATTACH", "0") not in ("", "0")
+        attach = mapping.attach_default()
     return {"members": pool.size, "slab_size": pool.slab_size,
             "cache_bytes": pool.cache.capacity, "placement": pool.placement,
             "memory": given["memory"], "materialize_limit": pool.materialize_limit,
@@ -133,9 +133,10 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     host). cache_bytes: this process's slab cache budget (default RAM / 8). placement: the
     default policy (see pooltensor.placement; default 'block'). materialize_limit: largest to_numpy() in bytes.
     advanced_limit: largest advanced-indexing result returned as numpy (above: a pool array).
-    attach: map the memory of members on this machine and read their slabs in place instead
-    of copying them through the cache (default $POOLTENSOR_ATTACH, off: the cache and the
-    prefetcher are what a pool spanning hosts runs on, and what this keeps exercised).
+    attach: map the memory of members on this machine and read and write their slabs in
+    place instead of copying them through the cache (default $POOLTENSOR_ATTACH, on unless
+    it is 0; off, every other process's slab goes through the cache and the prefetcher, as
+    across machines).
 
     connect: memory servers (``pooltensor serve``), e.g. ``["h1:7000", "h2:7000"]`` (default
     $POOLTENSOR_CONNECT, comma-separated): a plain script's pool whose slabs all live on the

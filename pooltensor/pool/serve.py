@@ -187,7 +187,8 @@ class HeapView:
         buf = np.frombuffer(memoryview(alloc.seg), np.uint8)
         self.me, self.size, self.slab_size = me, size, slab
         self.local = {"rw": buf, "ro": buf, "pv": None}
-        self.mapped, self.chans, self.plans, self.used_hi = {}, {}, {}, {}
+        self.mapped, self.mapped_w, self.chans, self.plans, self.used_hi = {}, {}, {}, {}, {}
+        self.views = {}
         self.capacity = [0] * size
         self.capacity[me] = alloc.size
         self.nslabs = [c // slab for c in self.capacity]
