@@ -744,6 +744,10 @@ static PyMethodDef Context_methods[] = {
      "listen(host, port) -> bound port: serve this context's registrations over tcp."},
     {"connect_tcp", (PyCFunction)pt_py_connect_tcp, METH_VARARGS,
      "connect_tcp(rank, host, port): reach rank over tcp (connected on first use)."},
+    {"connect_tcp_served", (PyCFunction)pt_py_connect_tcp_served, METH_VARARGS,
+     "connect_tcp_served(rank, host, port): a same-machine rank serves at host:port what "
+     "shared memory cannot reach (atomics outside its segments; gets and puts there without "
+     "cross-memory attach)."},
     {"tcp_open", (PyCFunction)pt_py_tcp_open, METH_VARARGS,
      "tcp_open(rank): make the tcp connection to rank now instead of on first use."},
     {"tcp_stats", (PyCFunction)pt_py_tcp_stats, METH_NOARGS,

@@ -141,6 +141,12 @@ pt_status_t pt_ctx_set_timeout(pt_ctx_t *ctx, double seconds);
 pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_out);
 /* Reach `rank` over tcp at host:port; the connection is made on first use. */
 pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int port);
+/* A same-machine peer (reached over shared memory) also listens at host:port: what shared
+ * memory cannot reach of its memory (atomics and notifies on registrations outside its
+ * segments; gets and puts there too where the system has no cross-memory attach) is sent
+ * there and served by its native threads, checked there like any tcp request. The rest still
+ * goes through shared memory. The connection is made on first use. */
+pt_status_t pt_ctx_connect_tcp_served(pt_ctx_t *ctx, int rank, const char *host, int port);
 /* Make the connection to rank now rather than on first use (so that its loss is seen even
  * before any request); PT_OK once it is up and authenticated. */
 pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank);
