@@ -22,6 +22,14 @@ def test_refusals_leave_target_unchanged(launcher, n):
     assert p.stdout.count("refusals ok") == n
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_atomics_on_user_memory_match_mpi(n):
+    """fetch_add / compare_swap / get / put on windows over numpy arrays (outside our segments:
+    served by the target's native threads) give what MPI.Win gives on the same sequence."""
+    p = check_ranks("mpiexec", n, "windows_user_atomics.py", "60", "200")
+    assert p.stdout.count("user atomics ok") == n
+
+
 # other MPI jobs on the machine (not ours: these ranks run without MPI) come and go meanwhile
 FOREIGN = ("mpich_", "vader", "ompi", "psm", "sem.mpich", "cma")
 
