@@ -156,13 +156,28 @@ int pt_ctx_transport(pt_ctx_t *ctx, int rank)
 
 int pt_ctx_first_lost(pt_ctx_t *ctx) { return atomic_load(&ctx->first_lost); }
 
+static void mark_lost(pt_ctx_t *ctx, int rank)
+{
+    int none = -1;
+    atomic_store(&ctx->peers[rank].lost, 1);
+    if (atomic_compare_exchange_strong(&ctx->first_lost, &none, rank))
+        atomic_store(&ctx->ctrl->lost_seen, rank + 1); /* for our same-host peers, below */
+}
+
+/* Of two peers seen gone at once (a monitor that polls, on a loaded machine), the first lost
+ * is the one the other saw lost before it went, if that one is gone too: a rank that leaves
+ * because a peer died is not the cause, however late its peer is noticed. */
 void pt__peer_mark_lost(pt_ctx_t *ctx, int rank)
 {
     if (rank < 0 || rank >= ctx->size || rank == ctx->rank)
         return;
-    int none = -1;
-    atomic_store(&ctx->peers[rank].lost, 1);
-    atomic_compare_exchange_strong(&ctx->first_lost, &none, rank);
+    pt_peer_t *p = &ctx->peers[rank];
+    int q = p->connected && p->ctrl ? (int)atomic_load(&p->ctrl->lost_seen) - 1 : -1;
+    if (q >= 0 && q < ctx->size && q != rank && q != ctx->rank &&
+        !atomic_load(&ctx->peers[q].lost) && ctx->peers[q].connected &&
+        pt_plat_peer_gone(ctx->peers[q].pid))
+        mark_lost(ctx, q);
+    mark_lost(ctx, rank);
 }
 
 int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank)

@@ -38,6 +38,7 @@ typedef struct {
     uint64_t magic;
     int32_t pid;
     int32_t rank;
+    _Atomic int32_t lost_seen;            /* 1 + the first peer its owner saw lost, or 0 */
     _Alignas(PT_CACHELINE) _Atomic uint32_t bar_count;
     _Alignas(PT_CACHELINE) _Atomic uint32_t bar_gen;
     _Alignas(PT_CACHELINE) pt_ctrl_seg_t segs[PT_MAX_SEGS];
