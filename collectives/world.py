@@ -75,6 +75,7 @@ class World(LocalMemory):
                     self._ctx.connect(r, tuple(recs[r]["ctrl"]))
                 except _native.Error as e:
                     raise_native(e, rank=r, host=self.hosts[r], what="connect")
+        self._ctx.connected_all()
         self.listen_address = None
         self._ident = ident
         self._endpoints = None      # every rank's [host, port] once the tcp listeners are up

@@ -74,6 +74,22 @@ def test_peer_seen_lost_first_is_named_when_two_are_gone_at_once(tmp_path):
             f.close()
 
 
+@pytest.mark.skipif(_native.PLATFORM != "posix", reason="linux: memfd segments have no names")
+@pytest.mark.parametrize("n", [2, 3])
+def test_shm_names_go_once_mapped_and_are_reaped_after_sigkill(n):
+    codes, outs = run_env_ranks(n, "shm_names.py")
+    assert codes == [-signal.SIGKILL] * n, outs
+    assert all("names ok" in o for o in outs), outs
+    pids = outs[0].split("names ok ")[1].split()
+    left = lambda: [e for e in _shm_entries() if any(e.startswith(f"pt.{p}.") for p in pids)]
+    # each rank's untouched window, less those a rank killed later reaped when it saw the
+    # earlier ones dead: the last one's at least
+    assert 1 <= len(left()) <= n, left()
+    subprocess.run([sys.executable, "-c", "import collectives; collectives.init().close()"],
+                   check=True, timeout=60, env={**os.environ, "POOLTENSOR_TIMEOUT": "20"})
+    assert left() == [], left()
+
+
 # other MPI jobs on the machine (not ours: these ranks run without MPI) come and go meanwhile
 FOREIGN = ("mpich_", "vader", "ompi", "psm", "sem.mpich", "cma")
 

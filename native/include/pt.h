@@ -74,6 +74,11 @@ void pt_ctx_destroy(pt_ctx_t *ctx);
 void pt_ctx_addr(const pt_ctx_t *ctx, pt_addr_t *out);
 /* Map a same-host peer's control block and start watching its process for death. */
 pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr);
+/* Every same-host peer is connected (pt_ctx_connect): from now on, a segment every one of them
+ * has mapped loses its name (posix profile: shm_open names leave /dev/shm as soon as they
+ * are no longer needed; peers map what exists at connect at once, later segments at first
+ * use). */
+pt_status_t pt_ctx_connected_all(pt_ctx_t *ctx);
 /* 1 when the peer is known to be gone. */
 int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank);
 /* The first peer seen dead (the likely cause when several are gone), or -1. */

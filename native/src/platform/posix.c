@@ -115,6 +115,13 @@ pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int wri
 
 void pt_plat_segment_unmap(void *base, size_t len) { munmap(base, len); }
 
+void pt_plat_segment_seal(int32_t pid, int32_t handle)
+{
+    char name[64];
+    seg_name(name, sizeof(name), pid, handle);
+    shm_unlink(name); /* (ENOENT when another mapper came first) */
+}
+
 /* ---- wait and wake ---- */
 
 /* Private words: condition variables hashed by address. A waker changes the word before it

@@ -74,6 +74,8 @@ static pt_status_t peer_map(pt_ctx_t *ctx, int rank, int s, pt_map_t **out)
             st = pt_plat_segment_map(p->pid, p->ctrl->segs[s].fd, len, 0, &base, &writable);
             if (st != PT_OK)
                 goto out;
+            if (atomic_load(&p->ctrl->segs[s].gen) == gen)
+                pt__segment_mapped(p->ctrl, p->pid, s, 1);
             pt_map_t *nm = calloc(1, sizeof(*nm));
             if (!nm) {
                 pt_plat_segment_unmap(base, len);
@@ -342,6 +344,14 @@ static pt_status_t shm_map(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, 
         return PT_ERR_UNSUPPORTED;
     *ptr = p;
     return PT_OK;
+}
+
+void pt__shm_premap(pt_ctx_t *ctx, int rank)
+{
+    pt_map_t *m;
+    for (int s = 0; s < PT_MAX_SEGS; s++)
+        if (atomic_load(&ctx->peers[rank].ctrl->segs[s].gen))
+            (void)peer_map(ctx, rank, s, &m); /* (a failure shows again at first use) */
 }
 
 /* The peers' segment mappings (made by peer_map), once nothing uses them. */
