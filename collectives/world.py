@@ -245,9 +245,14 @@ class World(LocalMemory):
                                    host=self.hosts[lost[0]]) from None
                 raise
             lost = self._lost()
-            if lost and not _has(store, f"{base}/go"):   # gone after the barrier: fine
-                raise PeerLost("barrier: a rank is gone", rank=lost[0],
-                               host=self.hosts[lost[0]]) from None
+            if lost:
+                try:
+                    after = _has(store, f"{base}/go")     # gone after the barrier: fine
+                except PeerLost:
+                    after = False       # the store (rank 0) left too, most likely for this
+                if not after:
+                    raise PeerLost("barrier: a rank is gone", rank=lost[0],
+                                   host=self.hosts[lost[0]]) from None
             if left <= 0:
                 raise Timeout(f"barrier: not every rank arrived within {timeout} s",
                               rank=self.rank, host=self.host) from None
