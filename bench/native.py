@@ -33,7 +33,8 @@ def _run(bench, profile, out, ranks):
     if bench == "collectives":
         cmd.append("--no-gloo")
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, timeout=900)
-    with open(os.path.join(out, bench + "-quick.json")) as f:
+    name = f"{bench}-n{ranks}-quick.json" if bench == "collectives" else f"{bench}-quick.json"
+    with open(os.path.join(out, name)) as f:
         return json.load(f)
 
 

@@ -3,11 +3,13 @@ from . import _native
 
 _PROFILES = {
     "linux": {"segments": "memfd", "waits": "futex", "wakeups": "eventfd",
-              "peer_death": "pidfd", "private_memory": "cross-memory attach"},
+              "peer_death": "pidfd",
+              "private_memory": "cross-memory attach (gets, puts); atomics served by the "
+              "target's native threads"},
     "posix": {"segments": "shm_open", "waits": "condition variables (private), "
               "os_sync_wait_on_address or naps (shared)", "wakeups": "pipe",
               "peer_death": "kqueue (macOS) or kill(pid, 0)",
-              "private_memory": "unsupported (expose memory from alloc())"},
+              "private_memory": "served by the target's native threads (gets, puts, atomics)"},
 }
 
 

@@ -28,9 +28,9 @@ def raise_native(err, rank=None, host=None, offset=None, length=None, what="acce
         if errno == 1:
             hint = " (cross-memory attach is not permitted here; expose memory from world.alloc())"
         raise TransportError(f"{what} failed: {os.strerror(errno)}{hint}", **kw) from None
-    if status == _native.ERR_UNSUPPORTED and getattr(_native, "PLATFORM", "") == "posix":
-        text += (" (this build's posix profile has no cross-memory attach: expose memory from"
-                 " world.alloc() or a size)")
+    if status == _native.ERR_UNSUPPORTED and what != "attach":
+        text += (" (memory exposed from outside world.alloc() / expose(size) is reached through"
+                 " the target's native threads, which this world does not reach)")
     raise TransportError(f"{what} failed: {text}", **kw) from None
 
 

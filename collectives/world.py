@@ -75,9 +75,15 @@ class World(LocalMemory):
                     self._ctx.connect(r, tuple(recs[r]["ctrl"]))
                 except _native.Error as e:
                     raise_native(e, rank=r, host=self.hosts[r], what="connect")
+        self._ctx.connected_all()
         self.listen_address = None
-        # tcp anywhere in the world (every rank decides alike, from every rank's choice)
-        if any("tcp" in transport.choose(ident, r, recs[r]["force"]) for r in range(self.size)):
+        self._ident = ident
+        self._endpoints = None      # every rank's [host, port] once the tcp listeners are up
+        self._served = False        # same-machine peers reach memory outside segments by tcp
+        # every rank's choice of transport to every rank (each rank decides alike from these)
+        self._choices = [transport.choose(ident, r, recs[r]["force"]) for r in range(self.size)]
+        # tcp anywhere in the world
+        if any("tcp" in c for c in self._choices):
             self._setup_tcp(ident)
         if "POOLTENSOR_SPIN_US" not in os.environ:
             # a peer with a core of its own answers within microseconds: poll for a while;
@@ -153,7 +159,7 @@ class World(LocalMemory):
         except _native.Error as e:
             raise_native(e, rank=self.rank, host=self.host, what=f"listen on {bind}:{port}")
         self.listen_address = f"{publish}:{port}"
-        eps = self.allgather_object([publish, port])
+        eps = self._endpoints = self.allgather_object([publish, port])
         peers = [r for r in range(self.size) if self.transports[r] == "tcp"]
         for r in peers:
             self._ctx.connect_tcp(r, eps[r][0], int(eps[r][1]))
@@ -239,9 +245,14 @@ class World(LocalMemory):
                                    host=self.hosts[lost[0]]) from None
                 raise
             lost = self._lost()
-            if lost and not _has(store, f"{base}/go"):   # gone after the barrier: fine
-                raise PeerLost("barrier: a rank is gone", rank=lost[0],
-                               host=self.hosts[lost[0]]) from None
+            if lost:
+                try:
+                    after = _has(store, f"{base}/go")     # gone after the barrier: fine
+                except PeerLost:
+                    after = False       # the store (rank 0) left too, most likely for this
+                if not after:
+                    raise PeerLost("barrier: a rank is gone", rank=lost[0],
+                                   host=self.hosts[lost[0]]) from None
             if left <= 0:
                 raise Timeout(f"barrier: not every rank arrived within {timeout} s",
                               rank=self.rank, host=self.host) from None
@@ -253,9 +264,56 @@ class World(LocalMemory):
         """Collective: every rank exposes memory (a buffer, an int number of bytes to allocate,
         or None for nothing); returns the Window over all of them."""
         buffer, owned, key, nbytes = self._register_local(buffer, access)
-        recs = self.allgather_object([key, nbytes, access])
+        outside = nbytes > 0 and not self._in_segment(key)
+        recs = self.allgather_object([key, nbytes, access, outside])
+        if any(r[3] for r in recs):
+            try:
+                self._serve_outside([r[3] for r in recs])
+            except BaseException:
+                self._ctx.deregister(key)
+                if owned is not None:
+                    self._release_segment(owned)
+                raise
         return Window(self, buffer, access, [r[0] for r in recs], [r[1] for r in recs],
                       [r[2] for r in recs], owned)
+
+    def _in_segment(self, key):
+        """Whether this rank's registration `key` lies in one of its shareable segments."""
+        try:
+            self._ctx.attach(self.rank, key, 0, 0, False)
+            return True
+        except _native.Error as e:
+            if e.args[0] == _native.ERR_UNSUPPORTED:
+                return False
+            raise
+
+    def _serve_outside(self, outside):
+        """Collective (every rank decides alike): let same-machine peers reach memory that
+        some rank exposed outside its segments (outside[r]), which shared memory cannot map.
+        Its native threads serve those requests over its tcp listener (loopback when the
+        world has none yet); shared memory keeps carrying everything else."""
+        need = any(outside[r] and any(self._choices[r][s] == "shm" for s in range(self.size))
+                   for r in range(self.size))
+        if not need or self._served:
+            return
+        if self._endpoints is None:
+            try:
+                bind, port, publish = transport.listen_address(True, self._boot.coordinator)
+            except ValueError as e:
+                raise TransportError(str(e), rank=self.rank, host=self.host) from None
+            self._ctx.set_secret(self._boot.secret(self.timeout))
+            try:
+                port = self._ctx.listen(bind, port)
+            except _native.Error as e:
+                raise_native(e, rank=self.rank, host=self.host,
+                             what=f"listen on {bind}:{port}")
+            self.listen_address = f"{publish}:{port}"
+            self._endpoints = self.allgather_object([publish, port])
+        for r in range(self.size):
+            if self.transports[r] == "shm":
+                host, port = self._endpoints[r]
+                self._ctx.connect_tcp_served(r, host, int(port))
+        self._served = True
 
     # -- collectives plumbing ----------------------------------------------------------------
     def _get_team(self, which="world"):

@@ -62,7 +62,7 @@ def test_random_cases(fuzzer):
         assert out.get(f"{op} ok") and out.get(f"{op} key") and out.get(f"{op} bounds"), out
         if op != "GET":
             assert out.get(f"{op} mode"), out
-    assert out.get("FETCH_ADD align") and out.get("FETCH_ADD unsupported"), out
+    assert out.get("FETCH_ADD align"), out       # (atomics are served on any registration)
     assert out["closed (bad frame)"] > 50 and summary["server"]["auth_failures"] > 50, summary
     assert fuzzer.target.pid == pid and fuzzer.target.proc.poll() is None
 

@@ -147,7 +147,6 @@ def test_refusals_leave_the_target_unchanged(pair):
         (lambda: cli.put_async(1, ro, 0, b"abc").wait(5), _native.ERR_MODE),
         (lambda: cli.fetch_add(1, key, 3, 1), _native.ERR_ALIGN),
         (lambda: cli.fetch_add(1, ro, 0, 1), _native.ERR_MODE),
-        (lambda: cli.fetch_add(1, pkey, 0, 1), _native.ERR_UNSUPPORTED),
         (lambda: cli.get(1, key ^ (1 << 40), 0, bytearray(8)), _native.ERR_KEY),
         (lambda: cli.put(1, (key & ~0xFFFF) | 0xFFFF, 0, b"x"), _native.ERR_KEY),
         (lambda: cli.put(1, key ^ (1 << 20), 0, np.ones(3 * CHUNK, np.uint8)), _native.ERR_KEY),
@@ -209,7 +208,6 @@ def _put_notify_refusals(put_notify, notify_async, mem, key, ro, pkey, checks):
         (lambda: put_notify(1, key, 4096, data, ro, 8, 1), _native.ERR_MODE),
         (lambda: put_notify(1, key, 4096, data, key, mem.size, 1), _native.ERR_BOUNDS),
         (lambda: put_notify(1, key, 4096, data, key ^ (1 << 40), 8, 1), _native.ERR_KEY),
-        (lambda: put_notify(1, key, 4096, data, pkey, 0, 1), _native.ERR_UNSUPPORTED),
         (lambda: notify_async(1, key, 3, 1).wait(5), _native.ERR_ALIGN),
         (lambda: notify_async(1, ro, 0, 1).wait(5), _native.ERR_MODE),
     ]
@@ -246,6 +244,38 @@ def test_put_notify_refusals_over_tcp(pair):
     _put_notify_refusals(cli.put_notify, cli.notify_async, mem, key, ro, pkey, checks)
 
 
+def _plain_atomics(fetch_add, compare_swap, put_notify, get, peer, key, pkey):
+    """Atomics and a notify counter on memory outside the target's segments (a plain array it
+    registered) are served like those in a segment: the same old values, checked alike."""
+    words = np.zeros(8, np.int64)
+    out = np.empty(8, np.int64)
+    get(peer, pkey, 0, out)
+    assert not out.any()
+    assert fetch_add(peer, pkey, 8, 5) == 0
+    assert fetch_add(peer, pkey, 8, -2) == 5
+    words[1] += 3
+    assert compare_swap(peer, pkey, 16, 1, 9) == 0          # no swap
+    assert compare_swap(peer, pkey, 16, 0, 9) == 0
+    words[2] = 9
+    put_notify(peer, key, 4096, b"abc", pkey, 24, 4)
+    words[3] += 4
+    get(peer, pkey, 0, out)
+    assert np.array_equal(out, words)
+    for off, status in ((3, _native.ERR_ALIGN), (64, _native.ERR_BOUNDS),
+                        (60, _native.ERR_BOUNDS)):
+        with pytest.raises(_native.Error) as e:
+            fetch_add(peer, pkey, off, 1)
+        assert err(e) == status, (off, e.value)
+    get(peer, pkey, 0, out)
+    assert np.array_equal(out, words)                         # the refusals changed nothing
+
+
+def test_atomics_on_memory_outside_segments_over_tcp(pair):
+    srv, mem, key, cli, ro, pkey, _ = pair
+    _plain_atomics(cli.fetch_add, cli.compare_swap, cli.put_notify, cli.get, 1, key, pkey)
+    assert srv.tcp_stats()["bad_frames"] == 0
+
+
 @pytest.fixture
 def shm_self():
     """A context of one rank reaching its own registrations (the shared-memory path)."""
@@ -261,6 +291,11 @@ def test_put_notify_and_notify_async_over_shared_memory(shm_self):
     # refusals: at once (shared memory answers in the call), target unchanged
     fwd = (lambda r, *a: ctx.put_notify(0, *a)), (lambda r, *a: ctx.notify_async(0, *a))
     _put_notify_refusals(*fwd, mem, key, ro, pkey, lambda: None)
+
+
+def test_atomics_on_own_memory_outside_segments(shm_self):
+    ctx, mem, key, ro, pkey = shm_self
+    _plain_atomics(ctx.fetch_add, ctx.compare_swap, ctx.put_notify, ctx.get, 0, key, pkey)
 
 
 def test_deregistered_key_is_refused(pair):

@@ -55,6 +55,7 @@ PyObject *pt_py_set_secret(ContextObject *self, PyObject *args);
 PyObject *pt_py_set_timeout(ContextObject *self, PyObject *args);
 PyObject *pt_py_listen(ContextObject *self, PyObject *args);
 PyObject *pt_py_connect_tcp(ContextObject *self, PyObject *args);
+PyObject *pt_py_connect_tcp_served(ContextObject *self, PyObject *args);
 PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused);
 PyObject *pt_py_tcp_open(ContextObject *self, PyObject *args);
 PyObject *pt_py_transport(ContextObject *self, PyObject *args);

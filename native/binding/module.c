@@ -325,6 +325,12 @@ static PyObject *Context_connect(ContextObject *self, PyObject *args)
     return pt_py_none_or_raise(st, -1);
 }
 
+static PyObject *Context_connected_all(ContextObject *self, PyObject *unused)
+{
+    CTX(self);
+    return pt_py_none_or_raise(pt_ctx_connected_all(self->ctx), -1);
+}
+
 static PyObject *Context_peer_lost(ContextObject *self, PyObject *args)
 {
     int rank;
@@ -715,6 +721,9 @@ static PyMethodDef Context_methods[] = {
     {"close", (PyCFunction)Context_close, METH_NOARGS, "Stop threads and unmap every peer."},
     {"addr", (PyCFunction)Context_addr, METH_NOARGS, "(pid, ctrl_fd, ctrl_len) for peers."},
     {"connect", (PyCFunction)Context_connect, METH_VARARGS, "connect(rank, addr): map a peer."},
+    {"connected_all", (PyCFunction)Context_connected_all, METH_NOARGS,
+     "connected_all(): every same-host peer is connected; names of segments all of them "
+     "mapped can go."},
     {"peer_lost", (PyCFunction)Context_peer_lost, METH_VARARGS, "peer_lost(rank) -> bool"},
     {"first_lost", (PyCFunction)Context_first_lost, METH_NOARGS,
      "The first peer seen dead, or -1."},
@@ -744,6 +753,10 @@ static PyMethodDef Context_methods[] = {
      "listen(host, port) -> bound port: serve this context's registrations over tcp."},
     {"connect_tcp", (PyCFunction)pt_py_connect_tcp, METH_VARARGS,
      "connect_tcp(rank, host, port): reach rank over tcp (connected on first use)."},
+    {"connect_tcp_served", (PyCFunction)pt_py_connect_tcp_served, METH_VARARGS,
+     "connect_tcp_served(rank, host, port): a same-machine rank serves at host:port what "
+     "shared memory cannot reach (atomics outside its segments; gets and puts there without "
+     "cross-memory attach)."},
     {"tcp_open", (PyCFunction)pt_py_tcp_open, METH_VARARGS,
      "tcp_open(rank): make the tcp connection to rank now instead of on first use."},
     {"tcp_stats", (PyCFunction)pt_py_tcp_stats, METH_NOARGS,

@@ -67,6 +67,17 @@ PyObject *pt_py_connect_tcp(ContextObject *self, PyObject *args)
     return pt_py_none_or_raise(st, -1);
 }
 
+PyObject *pt_py_connect_tcp_served(ContextObject *self, PyObject *args)
+{
+    int rank, port;
+    const char *host;
+    if (!PyArg_ParseTuple(args, "isi", &rank, &host, &port))
+        return NULL;
+    CTX(self);
+    pt_status_t st = pt_ctx_connect_tcp_served(self->ctx, rank, host, port);
+    return pt_py_none_or_raise(st, -1);
+}
+
 PyObject *pt_py_tcp_open(ContextObject *self, PyObject *args)
 {
     int rank;

@@ -74,6 +74,11 @@ void pt_ctx_destroy(pt_ctx_t *ctx);
 void pt_ctx_addr(const pt_ctx_t *ctx, pt_addr_t *out);
 /* Map a same-host peer's control block and start watching its process for death. */
 pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr);
+/* Every same-host peer is connected (pt_ctx_connect): from now on, a segment every one of them
+ * has mapped loses its name (posix profile: shm_open names leave /dev/shm as soon as they
+ * are no longer needed; peers map what exists at connect at once, later segments at first
+ * use). */
+pt_status_t pt_ctx_connected_all(pt_ctx_t *ctx);
 /* 1 when the peer is known to be gone. */
 int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank);
 /* The first peer seen dead (the likely cause when several are gone), or -1. */
@@ -141,6 +146,12 @@ pt_status_t pt_ctx_set_timeout(pt_ctx_t *ctx, double seconds);
 pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_out);
 /* Reach `rank` over tcp at host:port; the connection is made on first use. */
 pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int port);
+/* A same-machine peer (reached over shared memory) also listens at host:port: what shared
+ * memory cannot reach of its memory (atomics and notifies on registrations outside its
+ * segments; gets and puts there too where the system has no cross-memory attach) is sent
+ * there and served by its native threads, checked there like any tcp request. The rest still
+ * goes through shared memory. The connection is made on first use. */
+pt_status_t pt_ctx_connect_tcp_served(pt_ctx_t *ctx, int rank, const char *host, int port);
 /* Make the connection to rank now rather than on first use (so that its loss is seen even
  * before any request); PT_OK once it is up and authenticated. */
 pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank);

@@ -307,10 +307,9 @@ class Model:
         return OK, r
 
     def counter(self, key, off):
-        """(status, region) for the int64 an atomic or a notify changes."""
+        """(status, region) for the int64 an atomic or a notify changes (in a segment or
+        not: the server serves atomics on any registration)."""
         st, r = self.lookup(key, off & M64, 8, True)
-        if st == OK and not r.seg:
-            st = E_UNSUPPORTED     # atomics only in segments, as over shared memory
         if st == OK and (r.align + (off & M64)) % 8:
             st = E_ALIGN
         return st, r
@@ -378,8 +377,6 @@ class Model:
             return Outcome(status=OK, a=old)
         if f.op in ATOMICS:
             st, r = self.lookup(f.key, f.off, 8, True)
-            if st == OK and not r.seg:
-                st = E_UNSUPPORTED     # atomics only in segments, as over shared memory
             if st == OK and (r.align + f.off) % 8:
                 st = E_ALIGN
             if st != OK:

@@ -1,10 +1,10 @@
-"""Refusals at the target: out of bounds, a wrong key, a put into an 'r' window, unaligned and
-unsupported atomics. Each raises RemoteAccessError (or TransportError) at the caller and leaves
-the target's memory unchanged."""
+"""Refusals at the target: out of bounds, a wrong key, a put into an 'r' window, unaligned atomics,
+on shared segments and on memory outside them (served by the target's native threads). Each
+raises RemoteAccessError at the caller and leaves the target's memory unchanged."""
 import numpy as np
 
 import collectives
-from collectives import RemoteAccessError, TransportError
+from collectives import RemoteAccessError
 
 world = collectives.init()
 rank, size = world.rank, world.size
@@ -37,7 +37,11 @@ refused(ro.put, peer, 0, b"xyz", text="read-only")
 refused(ro.put_async(peer, 0, b"abc").wait, 5, text="read-only")
 refused(rw.fetch_add, peer, 3, 1, text="aligned")
 refused(rw.fetch_add, peer, n, 1, text="outside")
-refused(plain.fetch_add, peer, 0, 1, cls=TransportError)
+refused(plain.fetch_add, peer, 3, 1, text="aligned")
+refused(plain.compare_swap, peer, 60, 0, 1, text="outside")
+refused(plain.fetch_add, peer, 64, 1, text="outside")
+refused(plain.put_notify, peer, 0, b"x", 5, text="aligned")
+assert plain.fetch_add(peer, 8, 1) == 0                 # served: atomics on any exposed memory
 
 
 def beyond(fn, *args, text="2**64"):
@@ -83,6 +87,7 @@ except ValueError:
     pass
 world.barrier()
 assert [bytes(w.buffer) for w in (rw, ro)] == before, "target memory changed"
+assert plain.buffer.tolist() == [0, 1, 0, 0, 0, 0, 0, 0], plain.buffer
 for w in (rw, ro, plain):
     w.close()
 print(f"rank {rank}: refusals ok")

@@ -52,6 +52,7 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
     ctx->ctrl->magic = PT_CTRL_MAGIC;
     ctx->ctrl->pid = getpid();
     ctx->ctrl->rank = rank;
+    ctx->ctrl->ctrl_handle = pt_segment_fd(ctx->ctrl_seg);
     for (int i = 0; i < PT_MAX_SEGS; i++)
         ctx->ctrl->segs[i].fd = -1;
     /* This process is its own peer: the same code path serves local and remote ranks. */
@@ -143,7 +144,39 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
     if (!p->ops)
         p->ops = &pt_transport_shm; /* (a tcp address, given first, still wins) */
     p->connected = 1;
+    if (rank != ctx->rank) {
+        pt__segment_mapped(c, p->pid, -1, 1);
+        pt__shm_premap(ctx, rank); /* its segments so far: their names can go soon */
+    }
     pt__monitor_poke(ctx);
+    return PT_OK;
+}
+
+void pt__segment_mapped(pt_ctrl_t *ctrl, int32_t pid, int s, int add)
+{
+    _Atomic int32_t *count = s < 0 ? &ctrl->ctrl_mapped : &ctrl->segs[s].mapped;
+    int32_t handle = s < 0 ? ctrl->ctrl_handle : ctrl->segs[s].fd;
+    int32_t m = add ? atomic_fetch_add(count, 1) + 1 : atomic_load(count);
+    int32_t known = atomic_load(&ctrl->npeers);
+    if (known > 0 && m >= known - 1 && handle >= 0)
+        pt_plat_segment_seal(pid, handle);
+}
+
+pt_status_t pt_ctx_connected_all(pt_ctx_t *ctx)
+{
+    if (!ctx)
+        return PT_ERR_INVALID;
+    int32_t n = 0;
+    for (int r = 0; r < ctx->size; r++)
+        n += r != ctx->rank && ctx->peers[r].connected;
+    atomic_store(&ctx->ctrl->npeers, n + 1);
+    int32_t pid = ctx->ctrl->pid;
+    pt__segment_mapped(ctx->ctrl, pid, -1, 0);
+    pthread_mutex_lock(&ctx->reg_lock);
+    for (int s = 0; s < PT_MAX_SEGS; s++)
+        if (ctx->segs[s])
+            pt__segment_mapped(ctx->ctrl, pid, s, 0);
+    pthread_mutex_unlock(&ctx->reg_lock);
     return PT_OK;
 }
 
@@ -156,13 +189,28 @@ int pt_ctx_transport(pt_ctx_t *ctx, int rank)
 
 int pt_ctx_first_lost(pt_ctx_t *ctx) { return atomic_load(&ctx->first_lost); }
 
+static void mark_lost(pt_ctx_t *ctx, int rank)
+{
+    int none = -1;
+    atomic_store(&ctx->peers[rank].lost, 1);
+    if (atomic_compare_exchange_strong(&ctx->first_lost, &none, rank))
+        atomic_store(&ctx->ctrl->lost_seen, rank + 1); /* for our same-host peers, below */
+}
+
+/* Of two peers seen gone at once (a monitor that polls, on a loaded machine), the first lost
+ * is the one the other saw lost before it went, if that one is gone too: a rank that leaves
+ * because a peer died is not the cause, however late its peer is noticed. */
 void pt__peer_mark_lost(pt_ctx_t *ctx, int rank)
 {
     if (rank < 0 || rank >= ctx->size || rank == ctx->rank)
         return;
-    int none = -1;
-    atomic_store(&ctx->peers[rank].lost, 1);
-    atomic_compare_exchange_strong(&ctx->first_lost, &none, rank);
+    pt_peer_t *p = &ctx->peers[rank];
+    int q = p->connected && p->ctrl ? (int)atomic_load(&p->ctrl->lost_seen) - 1 : -1;
+    if (q >= 0 && q < ctx->size && q != rank && q != ctx->rank &&
+        !atomic_load(&ctx->peers[q].lost) && ctx->peers[q].connected &&
+        pt_plat_peer_gone(ctx->peers[q].pid))
+        mark_lost(ctx, q);
+    mark_lost(ctx, rank);
 }
 
 int pt_ctx_peer_lost(pt_ctx_t *ctx, int rank)
@@ -186,7 +234,9 @@ pt_status_t pt_ctx_add_segment(pt_ctx_t *ctx, pt_segment_t *seg)
             pt_ctrl_seg_t *cs = &ctx->ctrl->segs[s];
             cs->fd = pt_segment_fd(seg);
             cs->len = pt_segment_len(seg);
+            atomic_store(&cs->mapped, 0);
             atomic_store_explicit(&cs->gen, ctx->next_gen++, memory_order_release);
+            pt__segment_mapped(ctx->ctrl, ctx->ctrl->pid, s, 0); /* no peer: no name */
             st = PT_OK;
             break;
         }

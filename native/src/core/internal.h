@@ -18,7 +18,7 @@
 typedef struct {
     _Atomic uint64_t gen;
     int32_t fd;
-    int32_t pad;
+    _Atomic int32_t mapped;               /* same-host peers that have mapped it */
     uint64_t len;
 } pt_ctrl_seg_t;
 
@@ -38,6 +38,12 @@ typedef struct {
     uint64_t magic;
     int32_t pid;
     int32_t rank;
+    _Atomic int32_t lost_seen;            /* 1 + the first peer its owner saw lost, or 0 */
+    int32_t ctrl_handle;                  /* this block's own segment handle */
+    _Atomic int32_t ctrl_mapped;          /* same-host peers that have mapped this block */
+    _Atomic int32_t npeers;               /* 1 + the same-host peers that map our segments,
+                                             once all are connected (pt_ctx_connected_all);
+                                             0 before: then names are kept */
     _Alignas(PT_CACHELINE) _Atomic uint32_t bar_count;
     _Alignas(PT_CACHELINE) _Atomic uint32_t bar_gen;
     _Alignas(PT_CACHELINE) pt_ctrl_seg_t segs[PT_MAX_SEGS];
@@ -146,6 +152,12 @@ pt_status_t pt__monitor_start(pt_ctx_t *ctx);
 void pt__monitor_stop(pt_ctx_t *ctx);
 void pt__monitor_poke(pt_ctx_t *ctx);
 void pt__peer_mark_lost(pt_ctx_t *ctx, int rank);
+/* A same-host peer (pid, control block ctrl) has one more mapping of its segment slot s (-1:
+ * the control block itself): once every peer of its host has mapped it, its name (posix
+ * profile) goes (pt_plat_segment_seal). Called by whoever mapped it, and by the owner. */
+void pt__segment_mapped(pt_ctrl_t *ctrl, int32_t pid, int s, int add);
+/* The shm transport: map every live segment of a same-host peer now (transport/shm). */
+void pt__shm_premap(pt_ctx_t *ctx, int rank);
 
 /* Registration lookup on a control block: key, bounds [off, off+len) and mode. On success
  * *seg is the segment slot (or -1: *where is an address) and *where the offset in it. */

@@ -11,9 +11,8 @@
 
 static void mark_lost(pt_ctx_t *ctx, int r)
 {
-    int none = -1;
-    int was = atomic_exchange(&ctx->peers[r].lost, 1);
-    atomic_compare_exchange_strong(&ctx->first_lost, &none, r);
+    int was = atomic_load(&ctx->peers[r].lost);
+    pt__peer_mark_lost(ctx, r); /* (names first the peer it saw lost, if any: core/ctx.c) */
     if (!was)
         pt_plat_reap(); /* what it left behind (posix: its shm_open names) goes now */
 }

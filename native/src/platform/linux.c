@@ -189,6 +189,12 @@ pt_status_t pt_plat_copy_from_peer(int32_t pid, void *dst, uint64_t addr, size_t
     return cma(pid, addr, dst, len, 0);
 }
 
+void pt_plat_segment_seal(int32_t pid, int32_t handle)
+{
+    (void)pid;
+    (void)handle; /* a memfd has no name */
+}
+
 pt_status_t pt_plat_copy_to_peer(int32_t pid, uint64_t addr, const void *src, size_t len)
 {
     return cma(pid, addr, (void *)(uintptr_t)src, len, 1);

@@ -43,6 +43,9 @@ void pt_plat_segment_destroy(pt_plat_segment_t *seg);
 pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int write,
                                 void **base_out, int *writable_out);
 void pt_plat_segment_unmap(void *base, size_t len);
+/* Every peer that will map segment `handle` of process pid has mapped it: what names it can
+ * go (posix: the shm_open name; linux: nothing, a memfd has none). The mappings stay. */
+void pt_plat_segment_seal(int32_t pid, int32_t handle);
 
 /* ---- wait and wake on a 32-bit word (Linux: a futex) ---- */
 

@@ -3,17 +3,20 @@
  *
  * Segments: shm_open + ftruncate + mmap, named "/pt.<pid>.<n>" (n counts this process's
  * segments), so a peer that knows our pid and the handle n opens the same name: the control
- * block carries no more than it does on Linux. A name is unlinked when its segment is destroyed;
+ * block carries no more than it does on Linux. A name is unlinked once every same-host peer
+ * has mapped the segment, else when it is destroyed;
  * the names of a process that died without destroying them (SIGKILL) are reaped by the next
  * context made or destroyed on the machine (pt_plat_reap), where the system lists them
  * (/dev/shm; macOS does not list them, see the README).
  * Wait and wake: a word in process-private memory sleeps on a condition variable of a small
  * table hashed by address; a word shared with other processes sleeps in
- * os_sync_wait_on_address on macOS 14.4+ and naps elsewhere (a short sleep that grows while the
- * word stays unchanged; callers spin first and check again, as the interface allows).
- * Wake-up descriptors: pipes. Peer death: kqueue EVFILT_PROC on macOS, else kill(pid, 0) asked
- * ten times a second by the monitor. A peer's private memory: no cross-memory attach
- * (PT_ERR_UNSUPPORTED). Random bytes: getentropy. */
+ * os_sync_wait_on_address on macOS 14.4+ and elsewhere yields the core for 200 us, then naps
+ * (a short sleep that grows while the word stays unchanged; callers spin first and check
+ * again, as the interface allows). The name of a segment goes as soon as every same-host peer
+ * has mapped it (pt_plat_segment_seal). Wake-up descriptors: pipes. Peer death: kqueue
+ * EVFILT_PROC on macOS, else kill(pid, 0) asked every 5 ms by the monitor. A peer's private
+ * memory: no cross-memory attach (PT_ERR_UNSUPPORTED: the shm transport has the target's
+ * native threads serve it). Random bytes: getentropy. */
 #if !defined(__APPLE__)
 #define _GNU_SOURCE /* glibc: getentropy, MAP_ANONYMOUS under -std=gnu11 anyway */
 #endif
@@ -22,6 +25,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +119,13 @@ pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int wri
 
 void pt_plat_segment_unmap(void *base, size_t len) { munmap(base, len); }
 
+void pt_plat_segment_seal(int32_t pid, int32_t handle)
+{
+    char name[64];
+    seg_name(name, sizeof(name), pid, handle);
+    shm_unlink(name); /* (ENOENT when another mapper came first) */
+}
+
 /* ---- wait and wake ---- */
 
 /* Private words: condition variables hashed by address. A waker changes the word before it
@@ -185,20 +196,38 @@ static void private_wake(_Atomic uint32_t *addr)
     pthread_mutex_unlock(&b->lock);
 }
 
-/* Shared words where the system cannot sleep on them: nap, 5 us at first, doubling while the
- * same thread keeps waiting on the same unchanged word, up to 500 us. */
+/* Shared words where the system cannot sleep on them. For the first 200 us that the same
+ * thread keeps waiting on the same unchanged word it yields the core (to the peer it waits
+ * for, on a machine with more ranks than cores) instead of sleeping: the shortest nanosleep
+ * lasts the timer slack (about 50 us on Linux), far longer than a peer's answer. Then it naps,
+ * 5 us at first, doubling up to 500 us. */
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void nap(_Atomic uint32_t *addr, uint32_t expected, double timeout)
 {
     static _Thread_local const void *last_addr;
     static _Thread_local uint32_t last_expected;
-    static _Thread_local double step;
-    if (last_addr != (const void *)addr || last_expected != expected || step <= 0)
+    static _Thread_local double step, since;
+    double now = mono_now();
+    if (last_addr != (const void *)addr || last_expected != expected || step <= 0 ||
+        now - since > 1.0) {
         step = 5e-6;
-    else if (step < 5e-4)
-        step *= 2;
+        since = now;
+    }
     last_addr = addr;
     last_expected = expected;
+    if (now - since < 2e-4) {
+        sched_yield();
+        return;
+    }
     double s = timeout >= 0 && timeout < step ? timeout : step;
+    if (step < 5e-4)
+        step *= 2;
     if (s <= 0)
         return;
     struct timespec ts = {0, (long)(s * 1e9)};

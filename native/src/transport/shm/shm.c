@@ -1,9 +1,13 @@
 /* The same-machine transport: one-sided get, put and atomics over shared memory. Each access
  * is checked against the target's own registration table (in its control block, which
  * pt_ctx_connect mapped): key, bounds and mode. Memory in a segment is mapped once and copied
- * directly; other memory goes through cross-memory attach (pt_plat_copy_from/to_peer), which
- * the kernel serves without the target taking part. Asynchronous gets and puts are done by the
- * context's progress threads. */
+ * directly. Other memory (a user's buffer, registered where it is) cannot be mapped: gets and
+ * puts there go through cross-memory attach (pt_plat_copy_from/to_peer), which the kernel
+ * serves without the target taking part; atomics and notifies there, and gets and puts where
+ * the system has no cross-memory attach (the posix profile), are sent to the target's native
+ * threads over its tcp listener (pt_ctx_connect_tcp_served: the tcp transport's requests, served
+ * and checked at the target as from another machine). Asynchronous gets and puts are done by
+ * the context's progress threads. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +74,8 @@ static pt_status_t peer_map(pt_ctx_t *ctx, int rank, int s, pt_map_t **out)
             st = pt_plat_segment_map(p->pid, p->ctrl->segs[s].fd, len, 0, &base, &writable);
             if (st != PT_OK)
                 goto out;
+            if (atomic_load(&p->ctrl->segs[s].gen) == gen)
+                pt__segment_mapped(p->ctrl, p->pid, s, 1);
             pt_map_t *nm = calloc(1, sizeof(*nm));
             if (!nm) {
                 pt_plat_segment_unmap(base, len);
@@ -124,6 +130,24 @@ static pt_status_t cma(pt_ctx_t *ctx, int rank, uint64_t addr, void *buf, size_t
                  : pt_plat_copy_from_peer(pid, buf, addr, len);
 }
 
+/* Whether the target serves what we cannot reach of its memory (pt_ctx_connect_tcp_served). */
+static int served(pt_ctx_t *ctx, int rank)
+{
+    return rank != ctx->rank && ctx->peers[rank].tcp != NULL;
+}
+
+/* A get or put of memory outside the target's segments: cross-memory attach, else (no such
+ * copy here, or not permitted) served by the target. */
+static pt_status_t outside_rw(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, uint64_t addr,
+                              void *buf, size_t len, int write)
+{
+    pt_status_t st = cma(ctx, rank, addr, buf, len, write);
+    if ((st == PT_ERR_UNSUPPORTED || st == PT_ERR_SYS) && served(ctx, rank))
+        st = write ? pt_transport_tcp.put(ctx, rank, key, off, buf, len)
+                   : pt_transport_tcp.get(ctx, rank, key, off, buf, len);
+    return st;
+}
+
 static pt_status_t shm_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst,
                            size_t len)
 {
@@ -135,7 +159,7 @@ static pt_status_t shm_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, 
     if (len == 0)
         return PT_OK;
     if (!src)
-        return cma(ctx, rank, t.where, dst, len, 0);
+        return outside_rw(ctx, rank, key, off, t.where, dst, len, 0);
     pt_copy(dst, src, len);
     return PT_OK;
 }
@@ -151,7 +175,7 @@ static pt_status_t shm_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, 
     if (len == 0)
         return PT_OK;
     if (!dst)
-        return cma(ctx, rank, t.where, (void *)(uintptr_t)src, len, 1);
+        return outside_rw(ctx, rank, key, off, t.where, (void *)(uintptr_t)src, len, 1);
     pt_copy(dst, src, len);
     return PT_OK;
 }
@@ -169,6 +193,9 @@ static pt_status_t shm_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
     return pt__progress_submit(ctx, 1, rank, key, off, (void *)(uintptr_t)src, len, out);
 }
 
+/* The int64 an atomic or a notify changes: a pointer into a segment, or into our own memory;
+ * NULL when it is a peer's memory outside its segments, which the target serves (the caller
+ * sends the whole operation there, where it is checked again, alignment included). */
 static pt_status_t atomic_target(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                  _Atomic int64_t **out)
 {
@@ -177,8 +204,12 @@ static pt_status_t atomic_target(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
     pt_status_t st = resolve(ctx, rank, key, off, 8, 1, &p, &t);
     if (st != PT_OK)
         return st;
-    if (t.seg < 0)
-        return PT_ERR_UNSUPPORTED;
+    if (!p) {
+        if (!served(ctx, rank))
+            return PT_ERR_UNSUPPORTED;
+        *out = NULL;
+        return PT_OK;
+    }
     if (((uintptr_t)p & 7) != 0)
         return PT_ERR_ALIGN;
     *out = (_Atomic int64_t *)p;
@@ -192,6 +223,8 @@ static pt_status_t shm_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
     pt_status_t st = atomic_target(ctx, rank, key, off, &p);
     if (st != PT_OK)
         return st;
+    if (!p)
+        return pt_transport_tcp.fetch_add(ctx, rank, key, off, v, old_out);
     *old_out = atomic_fetch_add(p, v);
     return PT_OK;
 }
@@ -203,6 +236,8 @@ static pt_status_t shm_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint6
     pt_status_t st = atomic_target(ctx, rank, key, off, &p);
     if (st != PT_OK)
         return st;
+    if (!p)
+        return pt_transport_tcp.compare_swap(ctx, rank, key, off, expected, desired, old_out);
     int64_t e = expected;
     atomic_compare_exchange_strong(p, &e, desired);
     *old_out = e;
@@ -215,6 +250,8 @@ static pt_status_t shm_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t of
     pt_status_t st = atomic_target(ctx, rank, key, off, &p);
     if (st != PT_OK)
         return st;
+    if (!p)
+        return pt_transport_tcp.notify(ctx, rank, key, off, v);
     atomic_fetch_add(p, v);
     pt_plat_wake(pt__low_word(p), 1);
     return PT_OK;
@@ -229,6 +266,8 @@ static pt_status_t shm_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_
     pt_status_t st = atomic_target(ctx, rank, nkey, noff, &p);
     if (st != PT_OK)
         return st;
+    if (!p)
+        return pt_transport_tcp.put_notify(ctx, rank, key, off, src, len, nkey, noff, v);
     if ((st = shm_put(ctx, rank, key, off, src, len)) != PT_OK)
         return st;
     atomic_fetch_add(p, v); /* (sequentially consistent: after the bytes, for any observer) */
@@ -271,7 +310,9 @@ static pt_status_t shm_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const 
     if (st != PT_OK)
         return st;
     const uint8_t *s = src;
-    if (!base) { /* cross-memory attach: one write per item */
+    if (!base) { /* cross-memory attach: one write per item; else served by the target */
+        if (cma(ctx, rank, t.where, NULL, 0, 1) == PT_ERR_UNSUPPORTED && served(ctx, rank))
+            return pt_transport_tcp.put_indexed(ctx, rank, key, offs, n, itemsize, src);
         for (size_t i = 0; i < n; i++)
             if ((st = cma(ctx, rank, t.where + (offs[i] - lo), (void *)(uintptr_t)(s + i * itemsize),
                           itemsize, 1)) != PT_OK)
@@ -303,6 +344,14 @@ static pt_status_t shm_map(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, 
         return PT_ERR_UNSUPPORTED;
     *ptr = p;
     return PT_OK;
+}
+
+void pt__shm_premap(pt_ctx_t *ctx, int rank)
+{
+    pt_map_t *m;
+    for (int s = 0; s < PT_MAX_SEGS; s++)
+        if (atomic_load(&ctx->peers[rank].ctrl->segs[s].gen))
+            (void)peer_map(ctx, rank, s, &m); /* (a failure shows again at first use) */
 }
 
 /* The peers' segment mappings (made by peer_map), once nothing uses them. */

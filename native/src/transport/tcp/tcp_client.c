@@ -589,7 +589,9 @@ pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank)
     return st == PT_OK ? conn_get(ctx, rank, &c) : st;
 }
 
-pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int port)
+/* The tcp address of rank; reach: every operation to it goes over tcp from now on (else the
+ * address only serves what the same-machine transport cannot reach itself). */
+static pt_status_t peer_address(pt_ctx_t *ctx, int rank, const char *host, int port, int reach)
 {
     if (!ctx || rank < 0 || rank >= ctx->size || rank == ctx->rank || !host || !*host ||
         port <= 0 || port > 65535 || strlen(host) >= sizeof(((pt_tcp_peer_t *)0)->host))
@@ -600,17 +602,28 @@ pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int po
         snprintf(pe->tcp->host, sizeof(pe->tcp->host), "%s", host);
         pe->tcp->port = port;
         pthread_mutex_unlock(&pe->tcp->lock);
-        return PT_OK;
+    } else {
+        pt_tcp_peer_t *p = calloc(1, sizeof(*p));
+        if (!p)
+            return PT_ERR_NOMEM;
+        snprintf(p->host, sizeof(p->host), "%s", host);
+        p->port = port;
+        pthread_mutex_init(&p->lock, NULL);
+        pe->tcp = p;
     }
-    pt_tcp_peer_t *p = calloc(1, sizeof(*p));
-    if (!p)
-        return PT_ERR_NOMEM;
-    snprintf(p->host, sizeof(p->host), "%s", host);
-    p->port = port;
-    pthread_mutex_init(&p->lock, NULL);
-    pe->tcp = p;
-    pe->ops = &pt_transport_tcp; /* from now on, whether or not it is also connected */
+    if (reach)
+        pe->ops = &pt_transport_tcp; /* from now on, whether or not it is also connected */
     return PT_OK;
+}
+
+pt_status_t pt_ctx_connect_tcp(pt_ctx_t *ctx, int rank, const char *host, int port)
+{
+    return peer_address(ctx, rank, host, port, 1);
+}
+
+pt_status_t pt_ctx_connect_tcp_served(pt_ctx_t *ctx, int rank, const char *host, int port)
+{
+    return peer_address(ctx, rank, host, port, 0);
 }
 
 static void conn_close(pt_tcp_conn_t *c)
@@ -642,7 +655,8 @@ static void client_stop(pt_ctx_t *ctx)
         pthread_mutex_destroy(&p->lock);
         free(p);
         ctx->peers[r].tcp = NULL;
-        ctx->peers[r].ops = NULL; /* not reached over tcp any more (core/transport.h) */
+        if (ctx->peers[r].ops == &pt_transport_tcp)
+            ctx->peers[r].ops = NULL; /* not reached over tcp any more (core/transport.h) */
     }
 }
 

@@ -112,8 +112,7 @@ static int discard(serve_t *s, uint64_t len)
 }
 
 /* [off, off+len) of a local registration as a pointer (caller holds serve_lock for reading).
- * *in_seg: whether it lies in one of our segments (atomics are served only there, as over
- * shared memory, so both transports refuse the same requests). */
+ * *in_seg: whether it lies in one of our segments. */
 static pt_status_t local(pt_ctx_t *ctx, uint64_t key, uint64_t off, size_t len, int write,
                          uint8_t **ptr, int *in_seg)
 {
@@ -166,14 +165,13 @@ static int serve_put(serve_t *s, const pt_tcp_hdr_t *h)
     return reply(s, h, st, 0);
 }
 
-/* The int64 at (key, off) that an atomic or a notify changes (serve_lock held): in one of our
- * segments (as over shared memory) and 8-byte aligned. */
+/* The int64 at (key, off) that an atomic or a notify changes (serve_lock held): writable and
+ * 8-byte aligned, in one of our segments or not (served here, an atomic of this process's own:
+ * same-machine peers send what they cannot do on memory outside our segments here too). */
 static pt_status_t counter(pt_ctx_t *ctx, uint64_t key, uint64_t off, uint8_t **ptr)
 {
     int in_seg = 0;
     pt_status_t st = local(ctx, key, off, 8, 1, ptr, &in_seg);
-    if (st == PT_OK && !in_seg)
-        st = PT_ERR_UNSUPPORTED;
     if (st == PT_OK && ((uintptr_t)*ptr & 7))
         st = PT_ERR_ALIGN;
     return st;
