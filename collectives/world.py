@@ -146,9 +146,9 @@ class World(LocalMemory):
         """Gather one msgpack-able object from every rank (for setup, not for data)."""
         return [msgpack.unpackb(b) for b in self._allgather_bytes(msgpack.packb(obj), "obj")]
 
-    def _setup_tcp(self, ident):
-        """Collective: listen, publish host:port, connect to every tcp peer (and check it)."""
-        all_local = all(m == ident[self.rank] for m in ident)
+    def _listen(self, all_local):
+        """Collective: this rank's tcp listener (loopback when every rank is on this machine),
+        its secret set; returns every rank's [host, port] (also kept as self._endpoints)."""
         try:
             bind, port, publish = transport.listen_address(all_local, self._boot.coordinator)
         except ValueError as e:
@@ -159,7 +159,12 @@ class World(LocalMemory):
         except _native.Error as e:
             raise_native(e, rank=self.rank, host=self.host, what=f"listen on {bind}:{port}")
         self.listen_address = f"{publish}:{port}"
-        eps = self._endpoints = self.allgather_object([publish, port])
+        self._endpoints = self.allgather_object([publish, port])
+        return self._endpoints
+
+    def _setup_tcp(self, ident):
+        """Collective: listen, publish host:port, connect to every tcp peer (and check it)."""
+        eps = self._listen(all(m == ident[self.rank] for m in ident))
         peers = [r for r in range(self.size) if self.transports[r] == "tcp"]
         for r in peers:
             self._ctx.connect_tcp(r, eps[r][0], int(eps[r][1]))
@@ -297,18 +302,7 @@ class World(LocalMemory):
         if not need or self._served:
             return
         if self._endpoints is None:
-            try:
-                bind, port, publish = transport.listen_address(True, self._boot.coordinator)
-            except ValueError as e:
-                raise TransportError(str(e), rank=self.rank, host=self.host) from None
-            self._ctx.set_secret(self._boot.secret(self.timeout))
-            try:
-                port = self._ctx.listen(bind, port)
-            except _native.Error as e:
-                raise_native(e, rank=self.rank, host=self.host,
-                             what=f"listen on {bind}:{port}")
-            self.listen_address = f"{publish}:{port}"
-            self._endpoints = self.allgather_object([publish, port])
+            self._listen(True)
         for r in range(self.size):
             if self.transports[r] == "shm":
                 host, port = self._endpoints[r]

@@ -43,10 +43,10 @@ def slab_read(pool, alloc, k, lo=0, hi=None):
     return slab_entry(pool, alloc, k).frame
 
 
-def populate_range(pool, alloc, lo, hi, write=False):
+def populate_range(pool, alloc, lo, hi, write=False, only=None):
     """Populate the mapped (or, for writes, local) memory behind bytes [lo, hi) of the
-    allocation: one call per run of consecutive slots of one member. Returns whether any
-    slab of the range is mapped or local (else nothing was done)."""
+    allocation: one call per run of consecutive slots of one member (only: of that member
+    alone). Returns whether any slab of the range is mapped or local (else nothing was done)."""
     S = pool.slab_size
     maps = pool.mapped_w if write else pool.mapped
     heap, me = alloc.heap, pool.me
@@ -54,6 +54,8 @@ def populate_range(pool, alloc, lo, hi, write=False):
     any_ = False
     for k in range(lo // S, (hi - 1) // S + 1):
         m = alloc.members[k]
+        if only is not None and m != only:
+            continue
         buf = (pool.local[heap] if write else None) if m == me else maps.get((heap, m))
         if buf is None:
             continue

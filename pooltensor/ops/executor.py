@@ -395,29 +395,17 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
         if getattr(kernel, "fn", None) is not None:       # user code: where it is allowed
             doers = tuple(m for m in doers if getattr(pool.chans[m], "allow_code", True))
 
-        def here(handled):
-            scratch = _Scratch.take()
-            try:
-                if fresh:
-                    _prepare(outs, pool, handled)
-                _execute(kernel, outs, ops, pool, handled, fill, scratch)
-            finally:
-                scratch.give()
-        if work.share(pool, doers, ("run", kernel, list(outs), values, fill, fresh), here,
+        if work.share(pool, doers, ("run", kernel, list(outs), values, fill, fresh),
+                      lambda handled: _compute(kernel, outs, ops, pool, handled, fill, fresh),
                       outs, _code(kernel)) is not None:
             return
-    scratch = _Scratch.take()
     err = None
     try:
-        if fresh:
-            _prepare(outs, pool, coll)
-        _execute(kernel, outs, ops, pool, coll, fill, scratch)
+        _compute(kernel, outs, ops, pool, coll, fill, fresh)
     except Exception as e:           # noqa: BLE001  (re-raised below, on every rank)
         if call is None:
             raise
         err = e
-    finally:
-        scratch.give()
     if call is not None:
         if pool.sync(call, failed=err is not None):
             _raise_agreed(pool, err)
@@ -436,41 +424,26 @@ def _code(kernel):
     return cloudpickle.dumps(fn, protocol=5)
 
 
-def _prepare(outs, pool, coll):
-    """Fresh targets: fault in this process's pages of them in one call each (a page at a
-    time inside numpy's loop costs several times more on a virtual machine)."""
-    S = pool.slab_size
-    for o in outs:
-        a = o._a
-        if o.size == 0 or a.heap == "pv":
-            continue
-        base = pool.local[a.heap]
-        lo, hi = extent(o._off, o._shape, o._strides, o.itemsize)
-        k = lo // S
-        while k <= (hi - 1) // S:
-            if a.members[k] != pool.me:
-                k += 1
-                continue
-            j = k
-            while j < (hi - 1) // S and a.members[j + 1] == pool.me and \
-                    a.slots[j + 1] == a.slots[j] + 1:
-                j += 1
-            b0 = a.slots[k] * S + max(lo - k * S, 0)
-            b1 = a.slots[j] * S + min(hi - j * S, S)
-            populate(base, b0, b1, write=True)
-            k = j + 1
+def _compute(kernel, outs, ops, pool, coll, fill, fresh):
+    """This process's units of outs (see _mine), fresh targets' own pages faulted in first in
+    one call per run of slots (a page at a time inside numpy's loop costs several times more
+    on a virtual machine)."""
+    scratch = _Scratch.take()
+    try:
+        if fresh:
+            for o in outs:
+                if o.size and o._a.heap != "pv":
+                    lo, hi = extent(o._off, o._shape, o._strides, o.itemsize)
+                    transfer.populate_range(pool, o._a, lo, hi, write=True, only=pool.me)
+        _execute(kernel, outs, ops, pool, coll, fill, scratch)
+    finally:
+        scratch.give()
 
 
 def run_here(pool, kernel, outs, values, fill, fresh):
     """A member's part of run(): the units of outs it homes (the plan the script sent)."""
-    ops = [_Op(v, len(outs[0]._shape)) for v in values]
-    if fresh:
-        _prepare(outs, pool, True)
-    scratch = _Scratch.take()
-    try:
-        _execute(kernel, outs, ops, pool, True, fill, scratch)
-    finally:
-        scratch.give()
+    _compute(kernel, outs, [_Op(v, len(outs[0]._shape)) for v in values], pool, True, fill,
+             fresh)
 
 
 def _raise_agreed(pool, err):

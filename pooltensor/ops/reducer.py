@@ -236,16 +236,20 @@ class MeanJob(UfuncJob):
 
 # -- running a job -----------------------------------------------------------------------------
 
+def _fold(job, acc, key, sl, p):
+    """acc[key] combined with partial p (region slices sl), or p when key is new."""
+    cur = acc.get(key)
+    if cur is None:
+        acc[key] = [sl, p]
+    else:
+        cur[1] = job.combine(cur[1], p)
+
+
 def _accumulate(job, work, acc):
     """Fold (starts, stops, block) items into acc: {region key: [slices, partial]}."""
     for starts, stops, blk in work:
-        p = job.part(blk, starts, stops)
         key, sl = job.region(starts, stops)
-        cur = acc.get(key)
-        if cur is None:
-            acc[key] = [sl, p]
-        else:
-            cur[1] = job.combine(cur[1], p)
+        _fold(job, acc, key, sl, job.part(blk, starts, stops))
     return acc
 
 
@@ -295,11 +299,7 @@ def _delegated(job, flat, pool):
     acc, replies = got
     for m in sorted(replies):
         for k, (sl, p) in replies[m].items():
-            cur = acc.get(k)
-            if cur is None:
-                acc[k] = [sl, p]
-            else:
-                cur[1] = job.combine(cur[1], p)
+            _fold(job, acc, k, sl, p)
     return acc
 
 
@@ -339,12 +339,7 @@ def _run_small(job, flat, coll, call=None):
         m = len(job.dtypes)
         for r in range(n):
             for i, k in enumerate(keys[r]):
-                p = tuple(got[r][i * m:(i + 1) * m])
-                cur = acc.get(k)
-                if cur is None:
-                    acc[k] = [slices[k], p]
-                else:
-                    cur[1] = job.combine(cur[1], p)
+                _fold(job, acc, k, slices[k], tuple(got[r][i * m:(i + 1) * m]))
     if isinstance(job, MeanJob):
         mean = np.empty(job.keep, job.dtype)
         for sl, p in acc.values():

@@ -81,15 +81,7 @@ pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int wri
     int fd = open_peer_fd(pid, handle, &writable);
     if (fd < 0)
         return errno == ENOENT || errno == ESRCH ? PT_ERR_PEER_LOST : pt__sys();
-    int prot = PROT_READ | (write || writable ? PROT_WRITE : 0);
-    void *base = pt__plat_map_shared(fd, len, prot);
-    close(fd);
-    if (base == MAP_FAILED)
-        return pt__sys();
-    *base_out = base;
-    if (writable_out)
-        *writable_out = writable;
-    return PT_OK;
+    return pt__plat_map_peer(fd, len, write || writable, writable, base_out, writable_out);
 }
 
 void pt_plat_segment_unmap(void *base, size_t len) { munmap(base, len); }

@@ -4,6 +4,7 @@
  * Peers map segments through the same function. */
 #include <stdint.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "platform/platform.h"
 
@@ -35,4 +36,18 @@ void *pt__plat_map_shared(int fd, size_t len, int prot)
     madvise(p, len, MADV_HUGEPAGE);
 #endif
     return p;
+}
+
+pt_status_t pt__plat_map_peer(int fd, size_t len, int prot_write, int writable, void **base_out,
+                              int *writable_out)
+{
+    void *base = pt__plat_map_shared(fd, len, PROT_READ | (prot_write ? PROT_WRITE : 0));
+    pt_status_t st = base == MAP_FAILED ? pt__sys() : PT_OK;
+    close(fd);
+    if (st != PT_OK)
+        return st;
+    *base_out = base;
+    if (writable_out)
+        *writable_out = writable;
+    return PT_OK;
 }

@@ -136,6 +136,10 @@ void pt_plat_rwlock_init(pthread_rwlock_t *l);
 /* Both profiles (platform/map.c): map segment `fd` of `len` bytes shared, large ones 2 MiB
  * aligned and advised for huge pages; MAP_FAILED on failure, as mmap. */
 void *pt__plat_map_shared(int fd, size_t len, int prot);
+/* Both profiles: the end of mapping a peer's segment from its opened `fd` (closed here),
+ * writable in this process when prot_write; *writable_out (if given) = writable. */
+pt_status_t pt__plat_map_peer(int fd, size_t len, int prot_write, int writable, void **base_out,
+                              int *writable_out);
 /* Zero secret bytes in a way the compiler does not drop. */
 void pt_plat_secure_zero(void *p, size_t len);
 

@@ -106,15 +106,7 @@ pt_status_t pt_plat_segment_map(int32_t pid, int32_t handle, size_t len, int wri
     }
     if (fd < 0)
         return errno == ENOENT ? PT_ERR_PEER_LOST : pt__sys();
-    int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-    void *base = pt__plat_map_shared(fd, len, prot);
-    close(fd);
-    if (base == MAP_FAILED)
-        return pt__sys();
-    *base_out = base;
-    if (writable_out)
-        *writable_out = writable;
-    return PT_OK;
+    return pt__plat_map_peer(fd, len, writable, writable, base_out, writable_out);
 }
 
 void pt_plat_segment_unmap(void *base, size_t len) { munmap(base, len); }

@@ -148,36 +148,36 @@ static pt_status_t outside_rw(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t of
     return st;
 }
 
-static pt_status_t shm_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst,
-                           size_t len)
+/* A get (write = 0: peer memory into buf) or a put (write = 1: buf into peer memory). */
+static pt_status_t shm_rw(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *buf,
+                          size_t len, int write)
 {
-    uint8_t *src;
+    uint8_t *mem;
     pt_target_t t;
-    pt_status_t st = resolve(ctx, rank, key, off, len, 0, &src, &t);
+    pt_status_t st = resolve(ctx, rank, key, off, len, write, &mem, &t);
     if (st != PT_OK)
         return st;
     if (len == 0)
         return PT_OK;
-    if (!src)
-        return outside_rw(ctx, rank, key, off, t.where, dst, len, 0);
-    pt_copy(dst, src, len);
+    if (!mem)
+        return outside_rw(ctx, rank, key, off, t.where, buf, len, write);
+    if (write)
+        pt_copy(mem, buf, len);
+    else
+        pt_copy(buf, mem, len);
     return PT_OK;
+}
+
+static pt_status_t shm_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst,
+                           size_t len)
+{
+    return shm_rw(ctx, rank, key, off, dst, len, 0);
 }
 
 static pt_status_t shm_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                            size_t len)
 {
-    uint8_t *dst;
-    pt_target_t t;
-    pt_status_t st = resolve(ctx, rank, key, off, len, 1, &dst, &t);
-    if (st != PT_OK)
-        return st;
-    if (len == 0)
-        return PT_OK;
-    if (!dst)
-        return outside_rw(ctx, rank, key, off, t.where, (void *)(uintptr_t)src, len, 1);
-    pt_copy(dst, src, len);
-    return PT_OK;
+    return shm_rw(ctx, rank, key, off, (void *)(uintptr_t)src, len, 1);
 }
 
 /* Asynchronous: queued for the context's progress threads, which do the get or put above. */
