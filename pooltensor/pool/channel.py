@@ -8,7 +8,6 @@ bytes; what they carry is pool/work.py's business.
 import select
 import socket
 import struct
-import threading
 import time
 
 from collectives.errors import PeerLost, PooltensorError, Timeout
@@ -28,10 +27,6 @@ class Channel:
     def __init__(self, sock, peer):
         self.sock = sock
         self.peer = peer               # the rank at the other end (for messages)
-        self.lock = threading.Lock()
-
-    def fileno(self):
-        return self.sock.fileno()
 
     def send(self, data):
         """Send one frame (bytes); PeerLost when the other end is gone."""
