@@ -4,9 +4,11 @@ process's slab cache, and what happens when it is read sequentially, strided and
     python examples/quickstart.py            (what `make demo` runs)
 
 `pooltensor.init(members=3)` starts two member processes next to this one; together they hold
-one global address space, cut into slabs. This script is member 0. Slabs that live on the other
-members are faulted in one-sided (Window.get, their Python takes no part) into a bounded LRU
+one global address space, cut into slabs. This script is member 0. Members on the same machine
+are mapped in place by default; here `attach=False` makes them stand in for other machines, so
+their slabs are faulted in one-sided (Window.get, their Python takes no part) into a bounded LRU
 cache, and the prefetcher fetches the next slabs of a sequential or strided scan ahead of use.
+Whole-array operations run on the members that hold the slabs.
 """
 import time
 
@@ -15,7 +17,7 @@ import numpy as np
 import pooltensor as pt
 
 MiB = 1 << 20
-pool = pt.init(members=3, slab_size=1 * MiB, cache_bytes=32 * MiB)
+pool = pt.init(members=3, slab_size=1 * MiB, cache_bytes=32 * MiB, attach=False)
 print(f"{pool}: members 0..{pool.size - 1} (this script is member 0)")
 
 # -- an array larger than the cache, spread over the members --------------------------------
