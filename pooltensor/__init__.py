@@ -53,12 +53,29 @@ from .ops import methods as _methods  # noqa: E402
 _methods.bind(ndarray, _sys.modules[__name__])
 
 
+def from_dask(d, placement=None, like=None):
+    """A pool array with the values of dask array `d`, each chunk written by the Dask worker
+    that computed it (see pooltensor.dask.from_dask; needs pooltensor.dask.attach())."""
+    from .dask import from_dask as _from_dask
+    return _from_dask(d, placement=placement, like=like)
+
+
+def _to_dask(self, chunk_bytes=None):
+    """This array as a dask.array.Array whose chunks are pinned to the Dask workers homing
+    their slabs (see pooltensor.dask.to_dask; needs pooltensor.dask.attach())."""
+    from .dask import to_dask
+    return to_dask(self, chunk_bytes)
+
+
+ndarray.to_dask = _to_dask
+
+
 def stats():
     """The pool's usage per member, fragmentation and cache counters (see Pool.stats)."""
     return current().stats()
 
 
-__all__ = ["init", "finalize", "sync", "current", "stats", "Pool", "ndarray", "zeros", "ones",
+__all__ = ["init", "finalize", "sync", "current", "stats", "from_dask", "Pool", "ndarray", "zeros", "ones",
            "empty", "full", "arange", "linspace", "asarray", "from_numpy", "random",
            "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge", "FallbackWarning",
            "PerformanceWarning", "__array_api_version__"]

@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = ["native", "collectives", "pooltensor"]          # lowest first
 # pooltensor's rooms, lowest first: each imports only rooms before it in this list.
 POOLTENSOR_ORDER = ["pooltensor.errors", "pooltensor.cache", "pooltensor.pool",
-                    "pooltensor.array", "pooltensor.ops", "pooltensor"]
+                    "pooltensor.array", "pooltensor.ops", "pooltensor.dask", "pooltensor"]
 MAX_BYTES = 32 * 1024
 SOURCE_DIRS = ["native", "collectives", "pooltensor", "bench", "examples", "tests"]
 

@@ -323,6 +323,14 @@ class ndarray(NDArrayOperatorsMixin):
             raise ValueError("reshape_flat needs a C-contiguous array")
         return ndarray(self._a, self._off, (self.size,), (self.itemsize,), self._dtype)
 
+    def __dask_tokenize__(self):
+        """What Dask's tokenize() sees of this array: its pool, allocation, view and the
+        allocation's write count, so a computation over an array written since gets a new
+        token (never a stale cached result), and nothing is read."""
+        a = self._a
+        return ("pooltensor.ndarray", getattr(a.pool, "token", id(a.pool)), a.id, a.version,
+                self._off, self._shape, self._strides, self._dtype.str)
+
     def to_numpy(self, copy=None):
         """The elements as a numpy array.
 

@@ -220,7 +220,9 @@ def write(pool, alloc, off, shape, strides, dtype, val, local_only=False):
 
 
 def bump(pool, alloc, ks):
-    """After writing slabs `ks` of a read-write array: bump their versions (SPMD only)."""
+    """After writing slabs `ks` of a read-write array: bump their versions (SPMD only), and
+    the allocation's own write count (what a Dask token of the array includes)."""
+    alloc.version += 1
     if pool.coherent and alloc.heap == "rw":
         for k in sorted(ks):
             pool.bump(alloc.members[k], alloc.slots[k])

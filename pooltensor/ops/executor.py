@@ -518,7 +518,7 @@ def _execute(kernel, outs, ops, pool, coll, fill, scratch):
                 off, sh, st = _sub(o._off, o._shape, o._strides, box)
                 if wb:
                     transfer.write(pool, o._a, off, sh, st, o._dtype, d)
-                elif pool.coherent and o._a.heap == "rw":
+                else:                  # versions (SPMD) and the write count
                     lo, hi = extent(off, sh, st, o.itemsize)
                     S = pool.slab_size
                     transfer.bump(pool, o._a, range(lo // S, (hi - 1) // S + 1))
@@ -530,7 +530,7 @@ def _execute(kernel, outs, ops, pool, coll, fill, scratch):
             lo = o._off + e0 * o.itemsize
             if wb:
                 transfer.write(pool, o._a, lo, (e1 - e0,), (o.itemsize,), o._dtype, arr)
-            elif pool.coherent and o._a.heap == "rw":
+            else:                  # versions (SPMD) and the write count
                 S = pool.slab_size
                 hi = o._off + e1 * o.itemsize
                 transfer.bump(pool, o._a, range(lo // S, (hi - 1) // S + 1))

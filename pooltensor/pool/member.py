@@ -60,10 +60,7 @@ def main(argv=None, handle=None):
     parent = int(os.environ.get(ENV_PARENT, "0"))
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the script's: it stops us
-    world = collectives.init(cfg.get("timeout"))
-    cache = cfg.get("cache_bytes")
-    pool = Pool(world, role="member", slab_size=cfg["slab_size"], memory=cfg["memory"],
-                cache_bytes=MEMBER_CACHE if cache is None else min(int(cache), MEMBER_CACHE))
+    pool = build(collectives.init(cfg.get("timeout")), cfg)
     chan = None
     if cfg.get("chan") is not None and handle is not None:
         chan = Channel(socket.socket(fileno=int(cfg["chan"])), 0)
@@ -71,6 +68,15 @@ def main(argv=None, handle=None):
     pool.closed = True
     collectives.finalize()
     return 0
+
+
+def build(world, cfg):
+    """This member's Pool in `world` (collective with every other process of the pool), as
+    cfg says: slab_size, memory (bytes per heap), cache_bytes (at most MEMBER_CACHE). Also
+    how a Dask worker becomes a member (pooltensor.dask)."""
+    cache = cfg.get("cache_bytes")
+    return Pool(world, role="member", slab_size=cfg["slab_size"], memory=cfg["memory"],
+                cache_bytes=MEMBER_CACHE if cache is None else min(int(cache), MEMBER_CACHE))
 
 
 class Ahead:

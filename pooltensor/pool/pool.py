@@ -100,7 +100,7 @@ class Allocation:
     """The slabs holding one array's bytes; every view of the array shares it."""
 
     __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo", "slab",
-                 "__weakref__")
+                 "version", "__weakref__")
 
     def __init__(self, pool, aid, nbytes, heap, members, slots):
         self.pool, self.id, self.nbytes, self.heap = pool, aid, nbytes, heap
@@ -108,6 +108,7 @@ class Allocation:
         self.pf = None                                  # the prefetcher's state, made on use
         self.memo = {}                       # x[i]: slab -> typed view and owner (array.py)
         self.slab = pool.slab_size
+        self.version = 0        # bumped by every write this process makes or is told of
 
     @property
     def access(self):

@@ -200,6 +200,21 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
         return pool
 
 
+def adopt(pool, memory=None):
+    """Make `pool` (built by an integration above this room, e.g. pooltensor.dask) the
+    process's pool: current() returns it and finalize() closes it. ValueError if the process
+    already has an open pool."""
+    global _pool, _made
+    with _init_lock:
+        if _pool is not None and not _pool.closed:
+            raise ValueError("pooltensor is already initialized in this process; call "
+                             "pooltensor.finalize() first")
+        _pool = pool
+        _made = _made_with(pool, {"memory": memory, "attach": None})
+        atexit.unregister(finalize)
+        atexit.register(finalize)
+
+
 def current(required=True):
     """The pool, initializing the embedded default (one member) if there is none."""
     p = _pool

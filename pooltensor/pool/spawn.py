@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import collectives
@@ -35,6 +36,7 @@ def _import_path():
     return os.pathsep.join(parts)
 
 
+_ENV_LOCK = threading.Lock()
 MEMBER_MAIN = "pooltensor.ops.members"      # the member's entry point (it runs operations)
 
 
@@ -62,15 +64,8 @@ def start(n, *, slab_size, memory, timeout=None, cache_bytes=None):
                              POOLTENSOR_LOCAL_SIZE=str(n))))
             finally:
                 theirs.close()
-        w = collectives.world.current()
-        if w is not None and w.size == 1:
-            collectives.finalize()         # a world of one made earlier: replace it
-        saved = {k: os.environ.get(k) for k in _BOOT_VARS}
-        os.environ.update(POOLTENSOR_RANK="0", POOLTENSOR_WORLD_SIZE=str(n),
-                          POOLTENSOR_COORDINATOR=coord, POOLTENSOR_LOCAL_RANK="0",
-                          POOLTENSOR_LOCAL_SIZE=str(n))
         try:
-            world = collectives.init(timeout)
+            world = join(0, n, coord, timeout)
         except BaseException as e:
             dead = [(r, p.poll()) for r, p in enumerate(procs, 1) if p.poll() is not None]
             if dead:
@@ -78,18 +73,37 @@ def start(n, *, slab_size, memory, timeout=None, cache_bytes=None):
                 raise RuntimeError(f"pooltensor member {r} exited with code {code} while "
                                    f"starting (its error is above)") from e
             raise
-        finally:
-            for k, v in saved.items():      # children of the script must not inherit them
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     except BaseException:
         kill(procs)
         for ch in chans.values():
             ch.close()
         raise
     return procs, world, chans
+
+
+def join(rank, size, coord, timeout=None):
+    """collectives.init() as `rank` of a world of `size` whose rendezvous rank 0 serves at
+    `coord` (host:port), whatever started this process: the bootstrap variables are set for
+    the call alone and an MPI launcher's are hidden meanwhile (a plain script's members, and
+    Dask workers started by mpiexec, join a world of their own). A world of one made
+    earlier is replaced."""
+    with _ENV_LOCK:
+        w = collectives.world.current()
+        if w is not None and w.size == 1:
+            collectives.finalize()
+        saved = {k: v for k, v in os.environ.items()
+                 if k in _BOOT_VARS or k.startswith(_MPI_VARS)}
+        for k in saved:
+            del os.environ[k]
+        os.environ.update(POOLTENSOR_RANK=str(rank), POOLTENSOR_WORLD_SIZE=str(size),
+                          POOLTENSOR_COORDINATOR=coord, POOLTENSOR_LOCAL_RANK=str(rank),
+                          POOLTENSOR_LOCAL_SIZE=str(size))
+        try:
+            return collectives.init(timeout)
+        finally:
+            for k in _BOOT_VARS:          # children of this process must not inherit them
+                os.environ.pop(k, None)
+            os.environ.update(saved)
 
 
 def stop(procs, world, grace=10.0):

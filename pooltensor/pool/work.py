@@ -301,6 +301,7 @@ def written(pool, outs, members):
     keys = []
     for o in outs:
         a = o._a
+        a.version += 1
         if o.size == 0:
             continue
         lo, hi = extent(o._off, o._shape, o._strides, o.itemsize)

@@ -1,0 +1,230 @@
+"""attach(client): the client and its Dask workers become one pool; detach() ends it.
+
+The client process is member 0 and holds the allocator, as a plain script does; every worker
+present at attach() is a member 1..N lending ``memory`` bytes (member.py). The client lends
+one slab only (under dask-mpi the ranks that run the scheduler and the client lend nothing of
+use): new arrays are placed on the workers (``block`` over members 1..N by default).
+
+Faults (``Watch``, a SchedulerPlugin): a task pinned to a worker's slabs can only run there;
+when that worker is gone, Dask would leave the task waiting for it forever ("no-worker").
+Watch fails such tasks at once with ``PeerLost`` naming the member and the worker, when the
+worker is removed and for any task pinned to it later. The other members keep working.
+"""
+import atexit
+import secrets
+import threading
+
+from collectives.errors import PeerLost
+
+from ..pool import runtime, spawn
+from ..pool.pool import DEFAULT_SLAB, Pool, check_slab_size
+from . import member, views
+
+WATCH = "pooltensor-watch"
+_attached = {}           # the client side: "client", "pool", "ranks" (address -> rank)
+
+
+def _bytes(v, what):
+    if isinstance(v, str):
+        from dask.utils import parse_bytes
+        try:
+            return int(parse_bytes(v))
+        except (ValueError, TypeError):
+            raise ValueError(f"{what} must be a number of bytes or a size like '8GiB', "
+                             f"not {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what} must be a number of bytes or a size like '8GiB', not "
+                        f"{type(v).__name__}")
+    return int(v)
+
+
+def _coordinator(addresses):
+    """host:port the workers reach the client's rendezvous at (loopback when every worker
+    is on this machine's loopback, else the address this host reaches them from)."""
+    from collectives.launch import free_port
+    from distributed.comm import get_address_host
+    from distributed.utils import get_ip
+    hosts = {get_address_host(a) for a in addresses}
+    local = {"127.0.0.1", "localhost", "::1"}
+    host = "127.0.0.1" if hosts <= local else get_ip(sorted(hosts - local)[0])
+    return f"{host}:{free_port()}"
+
+
+def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=None,
+           attach=None, workers=None):
+    """Make `client`'s process and its Dask workers one pool and return it (the process's
+    pool from then on: pooltensor.zeros() and friends place arrays on the workers).
+
+    memory: bytes each worker lends to each of its two heaps (read-write and read-only;
+    virtual until touched), a number or a size such as ``"8GiB"``. Each worker's Dask
+    memory limit (and its nanny's) is raised by what it lends, so pool pages do not count
+    against the memory Dask manages. slab_size, cache_bytes, timeout, attach: as for
+    pooltensor.init(). workers: the worker addresses to make members (default: all present).
+
+    Call pooltensor.dask.detach() (or pooltensor.finalize()) before closing the cluster.
+    """
+    if _attached:
+        raise ValueError("a pool is already attached to a Dask client; call "
+                         "pooltensor.dask.detach() first")
+    mem = _bytes(memory, "memory")
+    S = check_slab_size(DEFAULT_SLAB if slab_size is None else slab_size)
+    if mem < S:
+        raise ValueError(f"memory ({mem} B) is less than one slab ({S} B)")
+    present = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    addrs = present if workers is None else [str(w) for w in workers]
+    missing = sorted(set(addrs) - set(present))
+    if missing:
+        raise ValueError(f"workers not in the cluster: {missing}")
+    if not addrs:
+        raise ValueError("the Dask cluster has no workers to make pool members")
+    if runtime.current(required=False) is not None:
+        raise ValueError("pooltensor is already initialized in this process; call "
+                         "pooltensor.finalize() first")
+    ranks = {a: r for r, a in enumerate(addrs, 1)}
+    n = len(addrs) + 1
+    coord = _coordinator(addrs)
+    token = secrets.token_hex(8)
+    cfg = {"slab_size": S, "memory": mem, "cache_bytes": cache_bytes, "timeout": timeout,
+           "token": token}
+    views.register()
+    made, failed = [], []
+
+    def join():
+        try:
+            world = spawn.join(0, n, coord, timeout)
+            made.append(Pool(world, role="plain", slab_size=S, memory=S,
+                             cache_bytes=cache_bytes, placement=tuple(range(1, n)),
+                             attach=attach))
+        except BaseException as e:        # noqa: BLE001  (raised in attach below)
+            failed.append(e)
+
+    t = threading.Thread(target=join, name="pooltensor-attach", daemon=True)
+    t.start()
+    try:
+        try:
+            client.register_plugin(member.NannyLimit(member.lent(cfg)))
+        except Exception:                 # noqa: BLE001  (workers without nannies)
+            pass
+        client.register_plugin(member.Member(ranks, n, coord, cfg))
+    finally:
+        t.join()
+    if failed:
+        raise failed[0]
+    pool = made[0]
+    pool.exclusive = False                # the workers write next to this process
+    pool.token = token
+    pool.dask_ranks = ranks
+    runtime.adopt(pool, memory=mem)
+    member.set_process_pool(pool)
+    client.register_plugin(Watch(ranks), name=WATCH)
+    _attached.update(client=client, pool=pool, ranks=ranks)
+    return pool
+
+
+def attached(required=True):
+    """(client, pool, ranks) of the attached pool; RuntimeError when there is none."""
+    pool = _attached.get("pool")
+    if pool is None or pool.closed:
+        if required:
+            raise RuntimeError("no pool is attached to a Dask client: call "
+                               "pooltensor.dask.attach(client) first")
+        return None
+    return _attached["client"], pool, _attached["ranks"]
+
+
+def detach():
+    """End the pool made by attach(): the workers and this process leave it together (its
+    arrays are gone; the cluster keeps running)."""
+    got = attached(required=False)
+    _attached.clear()
+    if got is None:
+        return
+    client = got[0]
+    t = threading.Thread(target=member.leave, name="pooltensor-detach", daemon=True)
+    t.start()
+    try:
+        client.unregister_worker_plugin(member.PLUGIN)
+    except Exception:                     # noqa: BLE001  (workers already gone)
+        pass
+    t.join()
+    for name in (WATCH, member.NANNY_PLUGIN):
+        try:
+            if name == WATCH:
+                client.run_on_scheduler(_drop_watch)
+            else:
+                client.unregister_worker_plugin(name, nanny=True)
+        except Exception:                 # noqa: BLE001
+            pass
+
+
+def _drop_watch(dask_scheduler=None):
+    dask_scheduler.remove_plugin(name=WATCH)
+
+
+@atexit.register
+def _at_exit():
+    if _attached:
+        try:
+            detach()
+        except Exception:                 # noqa: BLE001  (the cluster is going too)
+            pass
+
+
+def lost_error(rank, worker, key):
+    """The PeerLost a task pinned to a lost member's slabs fails with."""
+    return PeerLost(f"pool member {rank} (Dask worker {worker}) was lost: the slabs it homed "
+                    f"are gone, so task {key!r}, pinned to them, cannot run", rank=rank)
+
+
+try:
+    from distributed.diagnostics.plugin import SchedulerPlugin
+except ImportError:                       # pragma: no cover  (distributed is a dependency)
+    SchedulerPlugin = object
+
+
+class Watch(SchedulerPlugin):
+    """On the scheduler: fails tasks pinned to a lost member's worker with PeerLost instead
+    of leaving them to wait for it (see the module docstring)."""
+
+    name = WATCH
+
+    def __init__(self, ranks):
+        self.ranks = dict(ranks)
+        self.lost = set()
+
+    async def start(self, scheduler):
+        """Remember the scheduler (to fail tasks pinned later)."""
+        self.scheduler = scheduler
+
+    def remove_worker(self, scheduler, worker, *, stimulus_id, **kwargs):
+        """A member's worker is gone: fail what is pinned to it."""
+        if worker not in self.ranks:
+            return
+        self.lost.add(worker)
+        self._fail(scheduler, [ts.key for ts in list(scheduler.unrunnable)], stimulus_id)
+
+    def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs):
+        """A task pinned to a lost member became unrunnable: fail it (after this
+        transition)."""
+        if finish == "no-worker" and self.lost:
+            s = getattr(self, "scheduler", None)
+            if s is not None:
+                s.loop.add_callback(self._fail, s, [key], f"pooltensor-lost-{key}")
+
+    def _fail(self, scheduler, keys, stimulus_id):
+        recs = {}
+        for key in keys:
+            ts = scheduler.tasks.get(key)
+            if ts is None or ts.state != "no-worker" or ts.loose_restrictions:
+                continue
+            hosts = ts.worker_restrictions or set()
+            if not hosts or not hosts <= self.lost:
+                continue
+            worker = sorted(hosts)[0]
+            from distributed.protocol import pickle
+            exc = lost_error(self.ranks[worker], worker, key)
+            recs.update(scheduler.transition(key, "erred", exception=pickle.dumps(exc),
+                                             cause=key, stimulus_id=stimulus_id,
+                                             worker=worker))
+        if recs:
+            scheduler.transitions(recs, stimulus_id)
