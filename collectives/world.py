@@ -399,9 +399,14 @@ class World(LocalMemory):
         # the context to the process's exit rather than close it under the herald
         quiet = self._calls is None or self._calls.close(min(self.timeout, 10.0))
         self._teams.clear()
+        # a peer known dead will never leave the rendezvous: rank 0 then waits for no one
+        try:
+            lost = bool(self._lost()) if not _failed else True
+        except Exception:
+            lost = False
         if quiet:
             self._ctx.close()
-        self._boot.close(failed=_failed)
+        self._boot.close(failed=_failed or lost)
 
     def __repr__(self):
         return (f"<World rank {self.rank}/{self.size} local {self.local_rank}/{self.local_size} "

@@ -191,9 +191,11 @@ def to_dask(x, chunk_bytes=None):
         weakref.finalize(f, keep.drop)
     chunks = (tuple(v.shape[0] for _, v, _ in pieces),) + tuple((n,) for n in x.shape[1:]) \
         if x.ndim else ()
-    _made[name] = {idx: w for idx, _, w in pieces}
-    weakref.finalize(futures[0], _made.pop, name, None)
-    return _collection(client, name, chunks, x.dtype, futures)
+    d = _collection(client, name, chunks, x.dtype, futures)
+    for n in {name, d.name}:       # query planning names the collection apart
+        _made[n] = {idx: w for idx, _, w in pieces}
+        weakref.finalize(futures[0], _made.pop, n, None)
+    return d
 
 
 def _region(chunks, idx):

@@ -157,8 +157,33 @@ def detach():
             pass
 
 
-def _drop_watch(dask_scheduler=None):
+async def _drop_watch(dask_scheduler=None):
+    plugin = dask_scheduler.plugins.get(WATCH)
+    if plugin is not None:
+        await plugin.close()
     dask_scheduler.remove_plugin(name=WATCH)
+
+
+async def keep_local(scheduler, saved=None):
+    """Make the scheduler place every task that has inputs by where its inputs are, or (with
+    `saved`) undo it; returns what to pass to undo it. Two of Dask's heuristics move work
+    away from its data, which costs whole chunks here: work stealing (an idle worker takes
+    tasks, fetching their inputs) and queuing of "root-ish" tasks (a large task group whose
+    inputs are a few tasks, such as the chunks of a small pool array, is placed ignoring
+    where the inputs are). While a pool is attached, stealing is stopped and only tasks
+    without inputs count as root-ish."""
+    steal = scheduler.extensions.get("stealing")
+    if saved is None:
+        saved = {"threshold": scheduler.rootish_tg_dependencies_threshold,
+                 "stealing": steal is not None and "stealing" in scheduler.periodic_callbacks}
+        scheduler.rootish_tg_dependencies_threshold = 1
+        if saved["stealing"]:
+            await steal.stop()
+        return saved
+    scheduler.rootish_tg_dependencies_threshold = saved["threshold"]
+    if saved["stealing"] and steal is not None:
+        await steal.start()
+    return saved
 
 
 @atexit.register
@@ -193,8 +218,16 @@ class Watch(SchedulerPlugin):
         self.lost = set()
 
     async def start(self, scheduler):
-        """Remember the scheduler (to fail tasks pinned later)."""
+        """Remember the scheduler (to fail tasks pinned later) and make it place by data
+        (see keep_local)."""
         self.scheduler = scheduler
+        self.saved = await keep_local(scheduler)
+
+    async def close(self):
+        """Give the scheduler back its own placement settings."""
+        s, saved = getattr(self, "scheduler", None), getattr(self, "saved", None)
+        if s is not None and saved is not None:
+            await keep_local(s, saved)
 
     def remove_worker(self, scheduler, worker, *, stimulus_id, **kwargs):
         """A member's worker is gone: fail what is pinned to it."""
@@ -224,7 +257,7 @@ class Watch(SchedulerPlugin):
             from distributed.protocol import pickle
             exc = lost_error(self.ranks[worker], worker, key)
             recs.update(scheduler.transition(key, "erred", exception=pickle.dumps(exc),
-                                             cause=key, stimulus_id=stimulus_id,
-                                             worker=worker))
+                                             exception_text=str(exc), traceback=None,
+                                             cause=key, stimulus_id=stimulus_id))
         if recs:
             scheduler.transitions(recs, stimulus_id)

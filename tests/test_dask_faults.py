@@ -1,0 +1,68 @@
+"""pooltensor.dask under memory pressure and faults, each on a cluster of its own (a process
+holds one attached pool at a time, so apart from test_dask.py's): spilling writes handles,
+not slab bytes; a killed worker is PeerLost, never a wait for it."""
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+import dask  # noqa: E402
+from distributed import Client, LocalCluster, futures_of, wait  # noqa: E402
+
+import pooltensor as pt  # noqa: E402
+import pooltensor.dask as ptd  # noqa: E402
+from collectives.errors import PeerLost  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _cluster(n=2, **kw):
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                        dashboard_address=None, **kw)
+
+
+def test_spilling_writes_handles_not_slab_bytes(tmp_path):
+    cfg = {"distributed.worker.memory.target": 0.001, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.pause": False,
+           "distributed.worker.memory.terminate": False}
+    with dask.config.set(cfg), _cluster(1, memory_limit="512MiB",
+                                        local_directory=str(tmp_path)) as cl, Client(cl) as c:
+        ptd.attach(c, memory="64MiB", timeout=30)
+        try:
+            h = np.random.default_rng(7).random((4096, 512), dtype=np.float32)
+            x = pt.asarray(h)
+            d = x.to_dask(chunk_bytes="1MiB")
+            wait(client_futures := futures_of(d))
+            got = c.run(lambda dask_worker: (len(dask_worker.data.slow),
+                                             tuple(dask_worker.data.spilled_total)))
+            (nslow, (mem, disk)), = got.values()
+            assert nslow >= 6 and mem >= 6 << 20, got
+            assert disk < 1024 * nslow, got                 # handles, not 8 MiB of slabs
+            np.testing.assert_array_equal(d.compute(), h)   # unspilled: the slabs again
+            assert len(client_futures) == 8
+        finally:
+            ptd.detach()
+
+
+def test_killed_worker_is_peer_lost_not_a_wait():
+    with _cluster(2) as cl, Client(cl) as c:
+        ptd.attach(c, memory="64MiB", timeout=20)
+        try:
+            x = pt.asarray(np.ones((2048, 512), np.float32))
+            d = x.to_dask(chunk_bytes="1MiB")
+            wait(futures_of(d))
+            ranks = pt.current().dask_ranks
+            victim = [w for w, r in ranks.items() if r == 2][0]
+            pid = c.run(os.getpid, workers=[victim])[victim]
+            os.kill(pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            with pytest.raises(PeerLost, match=r"member 2 \(Dask worker"):
+                (d + 1).sum().compute(timeout=60)
+            assert time.monotonic() - t0 < 30
+            y = pt.asarray(np.arange(4096.0), placement=[1])  # the rest keeps working
+            assert float(y.to_dask().sum().compute(timeout=30)) == float(np.arange(4096.0).sum())
+        finally:
+            ptd.detach()
