@@ -28,6 +28,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 	$(BIN)/python examples/servers_demo.py
+	$(BIN)/python examples/dask_demo.py
 	$(BIN)/python -m collectives.launch -n $(RANKS) examples/windows_demo.py
 
 test: $(STAMP)
@@ -84,6 +85,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/ops.py
 	$(BIN)/python bench/plain.py
 	$(BIN)/python bench/tcp.py
+	$(BIN)/python bench/dask.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info collectives/_native*.so
