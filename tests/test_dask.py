@@ -60,6 +60,14 @@ def test_attach_makes_every_worker_a_member(client):
                                           ptd.process_pool().me))
     assert {w: r for w, (r, _) in got.items()} == ranks
     assert all(r == me for r, me in got.values())
+    # their memory limits (the worker's and its nanny's) grew by what they lend
+    registered = {w: i["memory_limit"] for w, i in
+                  client.scheduler_info(n_workers=-1)["workers"].items()}
+    now = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
+    nanny = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit, nanny=True)
+    lent = 2 * (128 << 20)
+    assert all(now[w] - registered[w] == lent for w in ranks), (now, registered)
+    assert sorted(nanny.values()) == sorted(v + lent for v in registered.values())
     x = pt.zeros(1 << 20, dtype=np.float32)          # placed on the workers only
     assert set(x._a.members) == {1, 2}
     with pytest.raises(ValueError, match="already attached"):

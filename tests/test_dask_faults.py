@@ -3,6 +3,8 @@ holds one attached pool at a time, so apart from test_dask.py's): spilling write
 not slab bytes; a killed worker is PeerLost, never a wait for it."""
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -66,3 +68,34 @@ def test_killed_worker_is_peer_lost_not_a_wait():
             assert float(y.to_dask().sum().compute(timeout=30)) == float(np.arange(4096.0).sum())
         finally:
             ptd.detach()
+
+
+def test_workers_started_by_hand_with_preload(tmp_path):
+    """`dask worker ADDRESS --preload pooltensor.dask`, as on other machines: readied at start,
+    made members by attach()."""
+    with LocalCluster(n_workers=0, dashboard_address=None) as cl, Client(cl) as c:
+        exe = os.path.join(os.path.dirname(sys.executable), "dask")
+        procs = [subprocess.Popen([exe, "worker", cl.scheduler_address, "--nthreads", "1",
+                                   "--no-nanny", "--preload", "pooltensor.dask",
+                                   "--local-directory", str(tmp_path / str(i))],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for i in range(2)]
+        try:
+            c.wait_for_workers(2, timeout=60)
+            ready = c.run(lambda dask_worker: getattr(dask_worker, "pooltensor_ready", False))
+            assert list(ready.values()) == [True, True]
+            ptd.attach(c, memory="64MiB", timeout=30)
+            try:
+                h = np.arange(1 << 18, dtype=np.float64).reshape(512, 512)
+                x = pt.asarray(h)
+                assert float(x.to_dask(chunk_bytes="256KiB").sum().compute()) == h.sum()
+            finally:
+                ptd.detach()
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
