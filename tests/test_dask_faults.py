@@ -99,3 +99,19 @@ def test_workers_started_by_hand_with_preload(tmp_path):
                     p.wait(20)
                 except subprocess.TimeoutExpired:
                     p.kill()
+
+
+def test_handles_read_one_sided_when_nothing_is_mapped():
+    """attach=False: no process maps another's heap (as across machines), so a slab view that
+    reaches another worker, or the client, is read with a one-sided get from its home."""
+    with _cluster(2) as cl, Client(cl) as c:
+        ptd.attach(c, memory="64MiB", timeout=30, attach=False)
+        try:
+            assert not pt.current().mapped
+            h = np.random.default_rng(9).random((2048, 128), dtype=np.float32)
+            d = pt.asarray(h).to_dask(chunk_bytes="256KiB")
+            q = (d[1:] + d[:-1]).persist()              # boundary rows cross workers
+            np.testing.assert_allclose(q.compute(), h[1:] + h[:-1], rtol=1e-6)
+            np.testing.assert_array_equal(d.compute(), h)   # gathered by the client
+        finally:
+            ptd.detach()
