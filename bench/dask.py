@@ -20,6 +20,9 @@ the others):
 - ``blocks``:  a.map_blocks(lambda x: np.sqrt(x) * 2 + 1).sum().compute()
 - ``persist``: (a * b + c).persist(), waited for, then dropped
 
+Each side runs under its own scheduling: plain dask under Dask's defaults (work stealing,
+queuing of root-ish tasks), the pool's under what attach() sets (tasks go to their inputs).
+
 Bytes moved between workers: the workers' own counter of bytes they sent to peers
 (``transfer_outgoing_bytes_total``), per operation. Ratio = plain's time / pool's (above 1:
 the pool is faster). Results: DIR/dask[-quick].{json,txt,png}.
@@ -84,6 +87,18 @@ def _ops(a, b, c):
     return {"sum": op_sum, "mean0": op_mean0, "blocks": op_blocks, "persist": op_persist}
 
 
+async def _scheduling(local, dask_scheduler=None):
+    """Dask's own placement (local=False: work stealing, root-ish queuing) for plain dask's
+    turns, the pool's (attach(): tasks go to their inputs) for the pool's."""
+    from pooltensor.dask.attach import WATCH, keep_local
+    w = dask_scheduler.plugins[WATCH]
+    if local and w.saved is None:
+        w.saved = await keep_local(dask_scheduler)
+    elif not local and w.saved is not None:
+        await keep_local(dask_scheduler, w.saved)
+        w.saved = None
+
+
 def _sent(client):
     return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total)
                .values())
@@ -104,11 +119,13 @@ def run(args):
                       dashboard_address=None) as cl, Client(cl) as client:
         ptd.attach(client, memory=2 * args.size, timeout=120)
         try:
+            client.run_on_scheduler(_scheduling, False)    # plain dask as Dask places it
             rng = da.random.default_rng(42)
             plain = [rng.random((rows_, cols), dtype=np.float32, chunks=(crow, cols))
                      for _ in range(3)]
             plain = client.persist(plain)
             wait(plain)
+            client.run_on_scheduler(_scheduling, True)
             t0 = time.perf_counter()
             first = pt.from_dask(plain[0])
             pool_arrays = [first] + [pt.from_dask(p, like=first) for p in plain[1:]]
@@ -122,6 +139,7 @@ def run(args):
             moved = {(s, o): [] for s in sides for o in OPS}
             for r in range(args.repeats):
                 for s, o in common.rotated([(s, o) for o in OPS for s in sides], r):
+                    client.run_on_scheduler(_scheduling, s == "pool")
                     b0 = _sent(client)
                     t0 = time.perf_counter()
                     sides[s][o]()
