@@ -214,6 +214,11 @@ def test_map_blocks_and_run_spmd(client):
     assert len(got) == 3 and len(set(got)) == 1
     np.testing.assert_allclose(got[0], h.sum(dtype=np.float64), rtol=1e-6)
 
+    def make():                           # a worker never allocates shared slabs itself
+        pt.zeros(10)
+    with pytest.raises(ValueError, match="allocator is another process"):
+        client.submit(make, pure=False).result()
+
 
 def test_attach_errors_are_clear(client):
     with pytest.raises(ValueError, match="already attached"):

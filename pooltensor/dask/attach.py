@@ -115,6 +115,8 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
     pool.token = token
     pool.dask_ranks = ranks
     runtime.adopt(pool, memory=mem)
+    atexit.unregister(_at_exit)       # at exit: detach before the pool's own finalize
+    atexit.register(_at_exit)
     member.set_process_pool(pool)
     client.register_plugin(Watch(ranks), name=WATCH)
     _attached.update(client=client, pool=pool, ranks=ranks)
@@ -186,7 +188,6 @@ async def keep_local(scheduler, saved=None):
     return saved
 
 
-@atexit.register
 def _at_exit():
     if _attached:
         try:

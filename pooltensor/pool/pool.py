@@ -271,6 +271,11 @@ class Pool:
             bad = ValueError(TOO_BIG)
         else:
             bad = None
+        if bad is None and self.role == "member" and access != "private":
+            bad = ValueError("this process is a member of a pool whose allocator is another "
+                             "process (a plain script's, or a Dask client's after "
+                             "pooltensor.dask.attach()): create shared arrays there and pass "
+                             "them in; access='private' arrays may be made here")
         if bad is not None:
             if call is not None:           # every rank got here: raise together, or not at all
                 self.collect_frees(call)
