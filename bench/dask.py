@@ -90,7 +90,7 @@ def _ops(a, b, c):
 async def _scheduling(local, dask_scheduler=None):
     """Dask's own placement (local=False: work stealing, root-ish queuing) for plain dask's
     turns, the pool's (attach(): tasks go to their inputs) for the pool's."""
-    from pooltensor.dask.attach import WATCH, keep_local
+    from pooltensor.dask.session import WATCH, keep_local
     w = dask_scheduler.plugins[WATCH]
     if local and w.saved is None:
         w.saved = await keep_local(dask_scheduler)

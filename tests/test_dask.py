@@ -223,6 +223,10 @@ def test_map_blocks_and_run_spmd(client):
 def test_attach_errors_are_clear(client):
     with pytest.raises(ValueError, match="already attached"):
         ptd.attach(client, memory="1GiB")
+    with pytest.warns(ResourceWarning, match="more than its"):
+        ptd.session._budget(list(pt.current().dask_ranks), 1 << 50, 1 << 20)
+    with pytest.raises(ValueError, match="8GiB"):
+        ptd.session._bytes("lots", "memory")
     with pytest.raises(ValueError, match="both"):
         pt.from_dask(pt.zeros(4).to_dask(), placement=[1], like=pt.zeros(4))
     with pytest.raises(ValueError, match="private"):

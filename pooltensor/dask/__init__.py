@@ -11,14 +11,15 @@ their slabs live, and nothing moves that need not.
     y = pt.from_dask(d * 2, like=x)         # back into the pool, written where computed
     ptd.detach()
 
-Rooms: member.py (the WorkerPlugin that makes a worker a member), attach.py (attach,
+Rooms: member.py (the WorkerPlugin that makes a worker a member), session.py (attach,
 detach, the SchedulerPlugin that turns a lost worker into PeerLost), views.py (slab views
 and how they travel and spill), arrays.py (to_dask, from_dask, homes, map_blocks), spmd.py
 (run_spmd). Workers started by hand elsewhere load it with ``dask worker ... --preload
 pooltensor.dask`` (dask_setup below), so their serializers are ready before attach().
 """
 from .arrays import from_dask, homes, map_blocks, row_bounds, to_dask
-from .attach import attach, attached, detach
+from . import session  # noqa: F401  (the module, apart from its attach())
+from .session import attach, attached, detach
 from .state import process_pool
 from .spmd import local_part, run_spmd
 from .views import SlabView

@@ -27,7 +27,7 @@ from ..array import creation
 from ..pool import placement as _placement
 from ..pool import work
 from . import member, views
-from .attach import attached
+from .session import attached
 
 CHUNK_SLABS = 16            # default chunk: this many slabs
 _made = {}                  # dask array name -> block index -> worker (to_dask's homes)

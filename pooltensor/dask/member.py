@@ -1,6 +1,6 @@
 """A Dask worker as a pool member: the WorkerPlugin that joins it to the client's pool.
 
-attach() (attach.py) gives every worker present a rank 1..N and registers ``Member`` with
+attach() (session.py) gives every worker present a rank 1..N and registers ``Member`` with
 this configuration; on each worker its setup joins the world through the same machinery a
 plain script's member processes use (pool/spawn.py ``join``: the bootstrap variables for the
 call alone, an MPI launcher's hidden, so workers started by dask-mpi join too) and builds the

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from . import member, views
-from .attach import attached
+from .session import attached
 
 
 def _as_refs(arrays):

@@ -50,6 +50,28 @@ def _coordinator(addresses):
     return f"{host}:{free_port()}"
 
 
+def _budget(addrs, mem, S):
+    """Warn when the workers on this machine would lend more than its RAM (each lends two
+    heaps of `mem`, virtual until touched: the pool could not be filled without swapping)."""
+    import socket
+    import warnings
+    from distributed.comm import get_address_host
+    from ..pool.pool import physical_memory
+    mine = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
+    try:
+        mine.add(socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        pass
+    here = sum(1 for a in addrs if get_address_host(a) in mine)
+    lent = here * 2 * (mem // S * S)
+    ram = physical_memory()
+    if lent > ram:
+        warnings.warn(f"the {here} Dask workers on this machine would lend {lent} bytes to "
+                      f"the pool (2 heaps of memory={mem} each), more than its {ram} bytes "
+                      f"of RAM: lower memory= unless most of it stays unused",
+                      ResourceWarning, stacklevel=3)
+
+
 def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=None,
            attach=None, workers=None):
     """Make `client`'s process and its Dask workers one pool and return it (the process's
@@ -80,6 +102,7 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
     if runtime.current(required=False) is not None:
         raise ValueError("pooltensor is already initialized in this process; call "
                          "pooltensor.finalize() first")
+    _budget(addrs, mem, S)
     ranks = {a: r for r, a in enumerate(addrs, 1)}
     n = len(addrs) + 1
     coord = _coordinator(addrs)
