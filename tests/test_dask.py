@@ -25,7 +25,8 @@ import pooltensor.dask as ptd  # noqa: E402
 from collectives.errors import PeerLost  # noqa: E402
 
 import dask_checks  # noqa: E402
-from conftest import mpiexec, mpiexec_cmd  # noqa: E402
+from conftest import mpiexec, mpiexec_cmd, property_settings  # noqa: E402
+from hypothesis import given, strategies as st  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 pytestmark = pytest.mark.timeout(180)
@@ -126,6 +127,34 @@ def test_from_dask_of_to_dask_is_x(client, shape, dtype):
     np.testing.assert_array_equal(z.to_numpy(), host * 2)
     if x.size:
         assert z._a.members == x._a.members
+
+
+@st.composite
+def _views(draw):
+    """A pool array's shape and dtype, a view of it (basic indexing) and a chunk size."""
+    nd = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 40 if nd > 1 else 5000)) for _ in range(nd))
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.int16, np.uint8, np.complex64]))
+    index = []
+    for n in shape:
+        a = draw(st.integers(0, n - 1))
+        b = draw(st.integers(a + 1, n))
+        index.append(slice(a, b, draw(st.sampled_from([1, 1, 2, 3]))))
+    if draw(st.booleans()):
+        index = [slice(None)] * nd             # the whole array (zero-copy chunks)
+    return shape, dtype, tuple(index), draw(st.sampled_from([4096, 65536, 1 << 20]))
+
+
+@property_settings("POOLTENSOR_DASK_EXAMPLES", 12, "POOLTENSOR_DERANDOMIZE")
+@given(_views())
+def test_round_trip_of_any_view_matches_numpy(client, case):
+    shape, dtype, index, chunk = case
+    host = (np.random.default_rng(11).random(shape) * 200).astype(dtype)
+    x = pt.asarray(host)[index]
+    d = x.to_dask(chunk_bytes=chunk)
+    np.testing.assert_array_equal(d.compute(), host[index])
+    np.testing.assert_array_equal(pt.from_dask(d).to_numpy(), host[index])
+    np.testing.assert_array_equal(pt.from_dask(d * 2, like=x).to_numpy(), host[index] * 2)
 
 
 def test_from_dask_places_slabs_where_chunks_were_computed(client):
