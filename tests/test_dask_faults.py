@@ -64,6 +64,10 @@ def test_killed_worker_is_peer_lost_not_a_wait():
             with pytest.raises(PeerLost, match=r"member 2 \(Dask worker"):
                 (d + 1).sum().compute(timeout=60)
             assert time.monotonic() - t0 < 30
+            t0 = time.monotonic()              # work pinned to the lost member later
+            with pytest.raises(PeerLost, match=r"member 2 \(Dask worker"):
+                x.to_dask(chunk_bytes="1MiB").sum().compute(timeout=60)
+            assert time.monotonic() - t0 < 30
             y = pt.asarray(np.arange(4096.0), placement=[1])  # the rest keeps working
             assert float(y.to_dask().sum().compute(timeout=30)) == float(np.arange(4096.0).sum())
         finally:
