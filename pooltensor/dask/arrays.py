@@ -19,6 +19,7 @@ chunks (so the writes are local), or as ``placement`` says, or lined up with ``l
 """
 import bisect
 import math
+import threading
 import weakref
 
 import numpy as np
@@ -31,6 +32,7 @@ from .session import attached
 
 CHUNK_SLABS = 16            # default chunk: this many slabs
 _made = {}                  # dask array name -> block index -> worker (to_dask's homes)
+_copying = threading.Lock()  # a worker's threads copy through its one slab cache in turn
 
 
 class _Keep:
@@ -145,8 +147,9 @@ def _chunk(ref):
     v = views.slab_view(pool, x)
     if v is not None:
         return v
-    _forget(pool, x)
-    return x.to_numpy(copy=True)
+    with _copying:                        # the slab cache is one per process
+        _forget(pool, x)
+        return x.to_numpy(copy=True)
 
 
 def _forget(pool, x):
@@ -217,7 +220,8 @@ def _store(block, ref):
     if v is not None:
         np.copyto(v, block, casting="unsafe")
     else:
-        y[...] = block
+        with _copying:
+            y[...] = block
     return None
 
 
@@ -285,8 +289,8 @@ def from_dask(d, placement=None, like=None):
         part = y[region] if shape else y
         if part.size == 0:
             continue
-        w = worker.get(holder[idx])
-        pin = {"workers": [w]} if w is not None else {}
+        w = worker.get(holder[idx])       # else a member fetches the chunk and writes it
+        pin = {"workers": [w]} if w is not None else {"workers": sorted(ranks)}
         stores.append(client.submit(_store, futs[key], views.Ref(part), pure=False, **pin))
     try:
         client.gather(stores)
