@@ -19,11 +19,7 @@ every member's heaps (alloc.SlabAllocator, placement policies): in SPMD, creatio
 collective call, so all ranks reach the same placement with no messages. In a plain script
 the script is the only allocator (member processes only serve memory).
 
-Frees. An Allocation is freed when its last array (or view) dies; its finalizer only queues
-the slabs, which are given back at a safe point: at the next allocation in a plain script;
-in SPMD at the next collective point (creation or sync), for the arrays every rank has
-dropped (the agreement row of that point says whether any rank has something queued, then
-one allgather of (id, digest of its slabs) pairs: the ranks must agree on each id's slabs).
+Frees. An Allocation is freed when its last array (or view) dies: frees.py.
 
 Agreement (SPMD): creation and sync are collective pool operations, checked across ranks
 (agree.py) before they change anything: creation's row (the digest of its operation, shape,
@@ -47,6 +43,7 @@ import numpy as np
 import collectives
 
 from . import agree
+from . import frees
 from . import mapping
 from . import placement as _placement
 from . import spawn
@@ -73,7 +70,7 @@ DEFAULT_ADVANCED = 64 << 20       # advanced indexing returns numpy up to this, 
 MAX_BYTES = int(np.iinfo(np.intp).max)    # numpy's own bound on an array's bytes
 TOO_BIG = ("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum "
            "possible size.")
-SYNC = agree.Call("sync")         # a plain pt.sync(), as the ranks compare it
+SYNC = frees.SYNC                 # a plain pt.sync(), as the ranks compare it
 
 
 def physical_memory():
@@ -359,86 +356,17 @@ class Pool:
             f.atexit = False
         return alloc, fresh
 
-    def _queue_free(self, aid, heap, members, slots):
-        (self._pending_pv if heap == "pv" else self._pending).append((aid, heap, members, slots))
+    def _queue_free(self, aid, heap, members, slots, copies=None):
+        (self._pending_pv if heap == "pv" else self._pending).append(
+            (aid, heap, members, slots, copies))
 
-    def _apply(self, frees):
-        for aid, heap, members, slots in frees:
-            per = {}
-            for m, s in zip(members, slots):
-                per.setdefault(m, []).append(s)
-            for m, ss in per.items():
-                ss.sort()
-                runs, st, ln = [], ss[0], 1
-                for s in ss[1:]:
-                    if s == st + ln:
-                        ln += 1
-                    else:
-                        runs.append((st, ln))
-                        st, ln = s, 1
-                runs.append((st, ln))
-                if heap == "pv":
-                    self._alloc_pv.free(runs)
-                else:
-                    self._alloc[heap][m].free(runs)
-                    self._used[m] -= len(ss)
-                    self._heap_used[heap][m] -= len(ss)
-                    if m != self.me:
-                        self.cache.discard_keys([(heap, m, s) for s in ss])
-            self._live -= 1
+    def _apply(self, pend):
+        frees.apply(self, pend)
 
     def collect_frees(self, call=None, failed=False):
-        """Give back the slabs of dropped arrays (collective in SPMD; see module docstring).
-
-        SPMD: one allreduce of every rank's agreement row for `call` (the collective point
-        this is part of; default a plain sync) carrying its count of queued frees and
-        `failed`; CollectiveMismatch on every rank, with nothing freed, when the calls differ.
+        """Give back the slabs of dropped arrays (collective in SPMD; see frees.collect).
         Returns whether any rank passed failed=True."""
-        with self._lock:
-            if self._pending_pv:
-                self._apply(self._pending_pv)
-                self._pending_pv = []
-            if not self.coherent:
-                pend, self._pending = self._pending, []
-                self._apply(pend)
-                return failed
-            call = SYNC if call is None else call
-            pend = list(self._pending)      # a finalizer may queue more while we wait
-            red = agree.reduce(self.world, call, len(pend), int(failed))
-            return self._free_agreed(red, call, pend)
-
-    def _free_agreed(self, red, call, pend):
-        """After the agreement row of a collective point (`red`, reduced over the ranks):
-        verify it, then free what every rank dropped (of `pend`, the queue when the row was
-        sent). Returns whether any rank's row said failed."""
-        agree.verify(self.world, red, call)
-        mx = int(red[0])
-        if mx:
-            # (id >= 1, digest of its slabs) padded with 0 to the longest list: one allgather
-            mine = [(p[0], agree.slabs_word(*p[1:])) for p in pend]
-            mine += [(0, 0)] * (mx - len(mine))
-            per = [dict(lst) for lst in
-                   collectives.allgather(np.array(mine, np.int64), world=self.world).tolist()]
-            common = set(per[0]).intersection(*per[1:]) - {0}
-            if common:
-                self._check_slabs(per, common)
-                now = [p for p in pend if p[0] in common]
-                self._pending = [p for p in self._pending if p[0] not in common]
-                self._apply(now)
-        return bool(red[1])
-
-    def _check_slabs(self, per, common):
-        """Every rank holds the same slabs under each id about to be freed (per: one
-        {id: slab digest} per rank); else the pools diverged: CollectiveMismatch on every
-        rank, nothing freed."""
-        for aid in sorted(common):
-            digests = [p[aid] for p in per]
-            if digests.count(digests[0]) != len(digests):
-                other = next(r for r, d in enumerate(digests) if d != digests[self.me])
-                raise collectives.CollectiveMismatch(
-                    f"the ranks would free allocation {aid} with different slabs (slab "
-                    f"digests {digests}, rank by rank): their pools diverged; nothing was freed",
-                    rank=other, host=self.world.hosts[other])
+        return frees.collect(self, call, failed)
 
     # -- versions (SPMD coherence) -------------------------------------------------------------
     def version(self, m, slot):
@@ -508,7 +436,7 @@ class Pool:
             pend = list(self._pending)
             red = agree.reduce(self.world, call, len(pend), int(failed))
             self.revalidate()
-            return self._free_agreed(red, call, pend)
+            return frees.agreed(self, red, call, pend)
 
     # -- reporting -----------------------------------------------------------------------------
     def free_bytes(self):
