@@ -41,10 +41,12 @@ import weakref
 import numpy as np
 
 import collectives
+from collectives.rendezvous.bootstrap import host_identity
 
 from . import agree
 from . import frees
 from . import mapping
+from . import replicas as replicas_
 from . import placement as _placement
 from . import spawn
 from .alloc import SlabAllocator
@@ -97,7 +99,7 @@ class Allocation:
     """The slabs holding one array's bytes; every view of the array shares it."""
 
     __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo", "slab",
-                 "__weakref__")
+                 "copies", "lost", "__weakref__")
 
     def __init__(self, pool, aid, nbytes, heap, members, slots):
         self.pool, self.id, self.nbytes, self.heap = pool, aid, nbytes, heap
@@ -105,6 +107,8 @@ class Allocation:
         self.pf = None                                  # the prefetcher's state, made on use
         self.memo = {}                       # x[i]: slab -> typed view and owner (array.py)
         self.slab = pool.slab_size
+        self.copies = None      # replicated: per slab, [(member, slot)] of its live copies
+        self.lost = None        # slab -> member: slabs whose every copy was lost (replicas.py)
 
     @property
     def access(self):
@@ -167,7 +171,7 @@ class Pool:
         if attach is None:
             attach = mapping.attach_default()
         cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role,
-                                      "attach": bool(attach)})
+                                      "attach": bool(attach), "machine": host_identity()})
         if role == "member":              # a plain script's member maps as the script does
             attach = cfg[0]["attach"]
         if client:        # the servers say what they granted; any slab size suits them
@@ -222,13 +226,23 @@ class Pool:
         self.cache = SlabCache(S, int(cache_bytes))
         self.cache.timeout = self.timeout
         self.max_prefetch = 16
+        self.pending = False     # a member was lost: reads repoint at their next slab
+        self.keeper = replicas_.Keeper(self, cfg)
         world.barrier()
+        self.keeper.start()
 
     # -- state --------------------------------------------------------------------------------
     def check_open(self):
         """PoolClosed if the pool was finalized."""
         if self.closed:
             raise PoolClosed("the pool is finalized; call pooltensor.init() again")
+        if self.pending:
+            self.keeper.apply()
+
+    def lost(self):
+        """What was lost with members that are gone: one dict per allocation that had a
+        slab with no surviving copy (see replicas.Keeper.lost)."""
+        return self.keeper.lost()
 
     @property
     def members(self):
@@ -244,11 +258,12 @@ class Pool:
         return self._private
 
     # -- allocation ------------------------------------------------------------------------
-    def allocate(self, nbytes, access="readwrite", placement=None, what=None):
+    def allocate(self, nbytes, access="readwrite", placement=None, what=None, replicas=None):
         """Slabs for an array of `nbytes`: (Allocation, fresh) where fresh[k] says slab k was
         never used before (so it still holds zeros). Collective in SPMD unless private: the
         ranks first agree on the call (what: (operation, shape, dtype) of the creation, for
-        the check and its message) or every rank raises CollectiveMismatch."""
+        the check and its message) or every rank raises CollectiveMismatch. replicas:
+        copies of each slab on as many members (readonly only; see replicas.py)."""
         self.check_open()
         S = self.slab_size
         nbytes = int(nbytes)
@@ -257,7 +272,8 @@ class Pool:
             op, shape, dtype = what if what is not None else ("allocate", nbytes, None)
             call = agree.Call(op, shape, dtype,
                               agree.placement_key(self.placement if placement is None
-                                                   else placement), access,
+                                                   else placement),
+                              f"{access} replicas={replicas}" if replicas else access,
                               targets=(("new allocation id, slabs", self._next_id + 1, n),))
         else:
             call = None
@@ -267,6 +283,10 @@ class Pool:
             bad = ValueError(TOO_BIG)
         else:
             bad = None
+            try:
+                copies = replicas_.check(replicas, access, self.keeper.eligible())
+            except (TypeError, ValueError) as e:
+                bad = e
         if bad is not None:
             if call is not None:           # every rank got here: raise together, or not at all
                 self.collect_frees(call)
@@ -305,45 +325,35 @@ class Pool:
                         "placement='local' means the calling member, but in SPMD every rank "
                         "calls (creation is collective): use 'block' (a contiguous part on "
                         "each rank), a member list, or access='private' for this rank alone")
-                free = [self.nslabs[m] - self._used[m] for m in range(self.size)]
-                allowed = policy if isinstance(policy, tuple) else range(self.size)
+                free, allowed = self.keeper.room(policy)
                 if self.role == "client" and not isinstance(policy, _placement.Explicit):
                     _placement.plan_servers(policy, 0, free)     # policy errors come first
                 # before any per-slab list is made: a request the allowed members could never
                 # hold, or cannot hold now, costs nothing in proportion to its size
                 cap = sum(self.nslabs[m] for m in allowed)
-                if n > cap or n > sum(free[m] for m in allowed):
+                many = f", {copies} copies each" if copies > 1 else ""
+                if n * copies > cap or n * copies > sum(free[m] for m in allowed):
                     who = f"members {list(policy)}" if isinstance(policy, tuple) else "the pool"
                     ever = f": more than {who} could ever hold ({cap * S} bytes)" \
                         if n > cap else ""
                     raise PoolOutOfMemory(
-                        f"cannot place {nbytes} bytes ({n} slabs of {S} B) with placement "
-                        f"{policy!r}{ever}", free={m: free[m] * S for m in range(self.size)},
+                        f"cannot place {nbytes} bytes ({n} slabs of {S} B{many}) with "
+                        f"placement {policy!r}{ever}", free={m: free[m] * S for m in range(self.size)},
                         needed=nbytes)
                 if self.role == "client":
                     homes = _placement.plan_servers(policy, n, free)
                 else:
                     homes = _placement.plan(policy, n, free, self.me)
                 homes = _placement.spill(homes, free, allowed)
-                if homes is None:
+                extra = homes and self.keeper.place(homes, copies, free, allowed)
+                if homes is None or extra is None:
                     raise PoolOutOfMemory(
-                        f"cannot place {nbytes} bytes ({n} slabs of {S} B) with placement "
+                        f"cannot place {nbytes} bytes ({n} slabs of {S} B{many}) with placement "
                         f"{policy!r}", free={m: free[m] * S for m in range(self.size)},
                         needed=int(nbytes))
-                members, slots, fresh = homes, [0] * n, [False] * n
-                idx = {}
-                for k, m in enumerate(homes):
-                    idx.setdefault(m, []).append(k)
-                for m in sorted(idx):
-                    a = self._alloc[heap][m]
-                    hwm = a.hwm
-                    runs = a.alloc(len(idx[m]))
-                    got = [s for st, ln in runs for s in range(st, st + ln)]
-                    for k, s in zip(idx[m], got):
-                        slots[k] = s
-                        fresh[k] = s >= hwm
-                    self._used[m] += len(got)
-                    self._heap_used[heap][m] += len(got)
+                members = homes
+                slots, fresh = self.take(heap, homes)
+                extra = [(ms, *self.take(heap, ms)) for ms in extra]
             if heap == "pv":         # private ids are this rank's own: shared ids stay in step
                 self._next_pv -= 1
                 aid = self._next_pv
@@ -351,10 +361,32 @@ class Pool:
                 self._next_id += 1
                 aid = self._next_id
             alloc = Allocation(self, aid, int(nbytes), heap, members, slots)
+            if heap != "pv":
+                fresh = self.keeper.track(alloc, what, copies, extra, fresh)
             self._live += 1
-            f = weakref.finalize(alloc, self._queue_free, alloc.id, heap, members, slots)
+            f = weakref.finalize(alloc, self._queue_free, alloc.id, heap, members, slots,
+                                 alloc.copies)
             f.atexit = False
         return alloc, fresh
+
+    def take(self, heap, homes):
+        """A free slot of `heap` on each member of `homes` (room checked by the caller):
+        (slots, fresh), fresh[i] when that slot was never used before (still zero)."""
+        slots, fresh = [0] * len(homes), [False] * len(homes)
+        idx = {}
+        for k, m in enumerate(homes):
+            idx.setdefault(m, []).append(k)
+        for m in sorted(idx):
+            a = self._alloc[heap][m]
+            hwm = a.hwm
+            runs = a.alloc(len(idx[m]))
+            got = [s for st, ln in runs for s in range(st, st + ln)]
+            for k, s in zip(idx[m], got):
+                slots[k] = s
+                fresh[k] = s >= hwm
+            self._used[m] += len(got)
+            self._heap_used[heap][m] += len(got)
+        return slots, fresh
 
     def _queue_free(self, aid, heap, members, slots, copies=None):
         (self._pending_pv if heap == "pv" else self._pending).append(
@@ -447,7 +479,8 @@ class Pool:
             return [(self.nslabs[m] - self._used[m]) * self.slab_size for m in range(self.size)]
 
     def stats(self):
-        """Usage per member, fragmentation, and the cache counters, as a dict."""
+        """Usage per member, fragmentation, the cache counters and the replicas (lost members,
+        under-replicated slabs, restore progress: replicas.Keeper.stats), as a dict."""
         with self._lock:
             if not self.coherent:
                 self.collect_frees()
@@ -474,7 +507,8 @@ class Pool:
                     "private": {"member": self.me, "used": (pv.nslabs - pv.nfree) * S,
                                 "free": pv.nfree * S,
                                 "fragmentation": round(pv.fragmentation(), 4)},
-                    "cache": self.cache.stats(), "plans": dict(self.plans)}
+                    "cache": self.cache.stats(), "plans": dict(self.plans),
+                    "replicas": self.keeper.stats()}
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.size} member(s)"
@@ -487,6 +521,7 @@ class Pool:
         if self.closed:
             return
         self.closed = True
+        self.keeper.close()
         self.cache.gen += 1              # memos of x[i] fast paths stop matching
         self.cache.live.attached = False
         for r in list(self.views.values()):
