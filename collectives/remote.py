@@ -148,8 +148,8 @@ class RemoteWorld(LocalMemory):
 
     def lost(self):
         """The ranks seen dead so far (by the native monitor or a failed transfer), the first
-        one seen first."""
-        return self._lost()
+        one seen first; none once the world is closed."""
+        return [] if self._closed else self._lost()
 
     def barrier(self, timeout=None):
         """Nothing to wait for: the servers run no user code (kept for World's interface)."""

@@ -253,6 +253,8 @@ def write(pool, alloc, off, shape, strides, dtype, val, local_only=False):
     own). Read-only heaps are written only here, during creation."""
     if val.size == 0:
         return
+    if pool.pending:             # a member was lost: its mapping goes before a write lands
+        pool.keeper.apply()
     S = pool.slab_size
     it = dtype.itemsize
     heap = alloc.heap
@@ -373,6 +375,8 @@ def _put_runs(win, m, base, sh, st, it, v):
 
 def scatter(pool, alloc, offsets, dtype, vals):
     """Element at byte offsets.flat[i] = vals.flat[i] (advanced indexing writes)."""
+    if pool.pending:
+        pool.keeper.apply()
     S = pool.slab_size
     it = dtype.itemsize
     heap = alloc.heap
