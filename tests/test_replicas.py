@@ -216,3 +216,9 @@ def test_spmd_rank_killed_reads_fail_over():
     assert codes[:2] == [0, 0] and codes[2] == -9, (codes, outs)
     for r in (0, 1):
         assert f"rank {r} spmd replicas ok" in outs[r], outs[r]
+
+
+def test_two_members_lost_one_after_the_other():
+    out = subprocess.run([sys.executable, str(SCRIPTS / "replicas_twice.py")],
+                         capture_output=True, text=True, timeout=150, env=server_env())
+    assert out.returncode == 0 and "twice ok" in out.stdout, out.stdout + out.stderr[-4000:]

@@ -37,8 +37,9 @@ no read waits for it. The copy becomes visible to readers only once written. The
 the bytes (get from the survivor, put through the key that lets it write read-only heaps: a
 plain script's init window, a memory server's rw key). Not in SPMD: a lost rank stops every
 collective there, so the ranks could not agree on new homes; reads still fail over.
-``pool.stats()["replicas"]`` shows lost members, under-replicated slabs and bytes, and the
-slabs restored so far.
+``pool.stats()["replicas"]`` shows lost members, under-replicated slabs and bytes (and how
+many of them want more copies than there are live members: those wait, and are looked at
+again every RETRY seconds, as are slabs that found no room), and the slabs restored so far.
 """
 import operator
 import threading
@@ -51,6 +52,7 @@ from collectives.errors import PeerLost
 
 POLL = 0.05              # seconds between the keeper's looks at the world's lost peers
 BATCH = 64 << 20         # bytes restored per round of the keeper's thread
+RETRY = 2.0              # seconds between scans for copies that could not be placed
 
 
 def check(replicas, access, eligible):
@@ -100,6 +102,8 @@ class Keeper:
         self.restored = self.restored_bytes = 0
         self.error = None                          # the restore's last failure, if any
         self.first_restore = self.last_restore = None
+        self._dirty = False                        # a loss since the last restore scan
+        self._scanned = 0.0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = None
@@ -205,6 +209,7 @@ class Keeper:
                 if lost:
                     a.lost = lost
             pool.pending = True
+            self._dirty = True
         self._wake.set()
         return True
 
@@ -295,11 +300,14 @@ class Keeper:
         return out
 
     def stats(self):
-        """Lost members, replicated and under-replicated slabs (count, bytes), restore
-        progress and what was lost, as a dict."""
+        """Lost members, replicated and under-replicated slabs (count, bytes; of those, the
+        ones wanting more copies than there are live members), restore progress and what
+        was lost, as a dict."""
         pool = self.pool
         replicated = lost_slabs = lost_bytes = lost_allocs = 0
         under = self.under()
+        alive = self.eligible()
+        short = [(a, s) for a, s in under if self.allocs.get(a, (None, 0))[1] > alive]
         for a in list(self.allocs.keys()):
             if a.copies is not None:
                 replicated += len(a.copies)
@@ -312,7 +320,9 @@ class Keeper:
                 "replicated_slabs": replicated,
                 "under_replicated": {"slabs": len(under),
                                      "bytes": sum(a.slab_len(s) for a, s in under)},
-                "restoring": bool(under) and self.restores(),
+                "restoring": len(under) > len(short) and self.restores(),
+                "too_few_members": {"slabs": len(short),
+                                    "bytes": sum(a.slab_len(s) for a, s in short)},
                 "restored": {"slabs": self.restored, "bytes": self.restored_bytes,
                              "seconds": (round(self.last_restore - self.first_restore, 4)
                                          if self.first_restore is not None else None)},
@@ -351,7 +361,10 @@ class Keeper:
                 lost = world.lost()
                 if lost:
                     self.notice(lost)
-                if self.gone and self.pool.role in ("plain", "client"):
+                now = time.monotonic()
+                if self.gone and self.pool.role in ("plain", "client") and (
+                        self._dirty or now - self._scanned > RETRY):
+                    self._dirty, self._scanned = False, now
                     while self.restore_some(BATCH) and not self._stop.is_set():
                         pass
             except Exception as e:          # noqa: BLE001  (kept for stats; tried again)
