@@ -133,7 +133,8 @@ class Keeper:
         k allowed members can hold a copy."""
         if k <= 1:
             return []
-        ring = [m for m in sorted(allowed) if m in set(self.holders())]
+        can = set(self.holders())
+        ring = [m for m in sorted(allowed) if m in can]
         if len(ring) < k:
             raise ValueError(f"replicas={k} needs {k} members to place copies on, but the "
                              f"placement allows {len(ring)}: {ring}")
