@@ -54,11 +54,18 @@ _methods.bind(ndarray, _sys.modules[__name__])
 
 
 def stats():
-    """The pool's usage per member, fragmentation and cache counters (see Pool.stats)."""
+    """The pool's usage per member, fragmentation, cache counters and replicas (lost members,
+    under-replicated slabs, restore progress; see Pool.stats)."""
     return current().stats()
 
 
-__all__ = ["init", "finalize", "sync", "current", "stats", "Pool", "ndarray", "zeros", "ones",
+def lost():
+    """What went with members that were lost: one dict per array (allocation) that had a slab
+    with no surviving copy (see Pool.lost)."""
+    return current().lost()
+
+
+__all__ = ["init", "finalize", "sync", "current", "stats", "lost", "Pool", "ndarray", "zeros", "ones",
            "empty", "full", "arange", "linspace", "asarray", "from_numpy", "random",
            "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge", "FallbackWarning",
            "PerformanceWarning", "__array_api_version__"]

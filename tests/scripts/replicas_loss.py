@@ -119,6 +119,7 @@ for what in (lambda: y.to_numpy(), lambda: y[3], lambda: float(y.sum())):
 assert (z.to_numpy() == src[:z.size] * 3).all()
 np.testing.assert_allclose(float((z + 1).sum()), ((src[:z.size] * 3) + 1).sum(), rtol=1e-9)
 lost = pool.lost()
+assert pt.lost() == lost
 assert [d["allocation"] for d in lost] == [y._a.id], lost
 assert list(lost[0]["members"]) == [victim] and lost[0]["bytes"] == y.nbytes, lost
 assert st["lost"]["allocations"] == 1 and st["lost"]["bytes"] == y.nbytes, st
