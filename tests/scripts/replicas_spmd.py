@@ -31,6 +31,7 @@ for s, cs in enumerate(a.copies):
         if m == me:              # the copies this rank homes hold the right bytes
             got = pool.local["ro"][slot * SLAB:slot * SLAB + a.slab_len(s)]
             assert (got == flat[s * SLAB:s * SLAB + a.slab_len(s)]).all(), (s, m)
+done = pool.world.expose(8)        # survivors count themselves done here (rank 0's word)
 pool.world.barrier()
 if me == n - 1:
     os.kill(os.getpid(), signal.SIGKILL)
@@ -64,4 +65,8 @@ else:
 mine = int(np.nonzero(ym == me)[0][0])
 assert y[mine * E] == src[mine * E] * 2
 print(f"rank {me} spmd replicas ok, {reads} reads", flush=True)
+done.fetch_add(0, 0, 1)            # stay until both are done: a rank that left early
+deadline = time.monotonic() + 20   # would be a lost member to the other
+while done.fetch_add(0, 0, 0) < n - 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
 os._exit(0)
