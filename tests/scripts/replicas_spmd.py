@@ -67,6 +67,11 @@ assert y[mine * E] == src[mine * E] * 2
 print(f"rank {me} spmd replicas ok, {reads} reads", flush=True)
 done.fetch_add(0, 0, 1)            # stay until both are done: a rank that left early
 deadline = time.monotonic() + 20   # would be a lost member to the other
-while done.fetch_add(0, 0, 0) < n - 1 and time.monotonic() < deadline:
+while time.monotonic() < deadline:
+    try:
+        if done.fetch_add(0, 0, 0) >= n - 1:
+            break
+    except PeerLost:               # rank 0 saw both done and left
+        break
     time.sleep(0.01)
 os._exit(0)
