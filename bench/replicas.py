@@ -128,12 +128,12 @@ def main():
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     gbs = lambda b, s: b / s / 1e9     # noqa: E731
     rows = [
-        ["create, 2 copies / 1", med["create_2_s"], med["create_1_s"],
+        ["create s, 2 copies / 1", med["create_2_s"], med["create_1_s"],
          med["create_2_s"] / med["create_1_s"]],
-        ["scan, 1 copy / 2", med["scan_1_s"], med["scan_2_s"], med["scan_1_s"] / med["scan_2_s"]],
+        ["scan s, 1 copy / 2", med["scan_1_s"], med["scan_2_s"], med["scan_1_s"] / med["scan_2_s"]],
         ["restore GB/s / get+put GB/s", gbs(med["restore_bytes"], med["restore_s"]),
          gbs(med["restore_bytes"], med["peer_s"]), med["peer_s"] / med["restore_s"]],
-        ["first scan after kill / warm", med["scan_after_kill_s"], med["scan_2_s"],
+        ["scan s, first after kill / warm", med["scan_after_kill_s"], med["scan_2_s"],
          med["scan_after_kill_s"] / med["scan_2_s"]]]
     table = common.format_table(["figure", "ours", "peer", "ratio"], rows)
     title = (f"replicas: float32 array of {human_size(args.size)}, 3 members "
