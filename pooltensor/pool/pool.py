@@ -273,7 +273,8 @@ class Pool:
             call = agree.Call(op, shape, dtype,
                               agree.placement_key(self.placement if placement is None
                                                    else placement),
-                              f"{access} replicas={replicas}" if replicas else access,
+                              access if replicas is None or replicas == 1
+                              else f"{access} replicas={replicas}",
                               targets=(("new allocation id, slabs", self._next_id + 1, n),))
         else:
             call = None
@@ -338,7 +339,8 @@ class Pool:
                         if n > cap else ""
                     raise PoolOutOfMemory(
                         f"cannot place {nbytes} bytes ({n} slabs of {S} B{many}) with "
-                        f"placement {policy!r}{ever}", free={m: free[m] * S for m in range(self.size)},
+                        f"placement {policy!r}{ever}",
+                        free={m: free[m] * S for m in range(self.size)},
                         needed=nbytes)
                 if self.role == "client":
                     homes = _placement.plan_servers(policy, n, free)
@@ -348,8 +350,8 @@ class Pool:
                 extra = homes and self.keeper.place(homes, copies, free, allowed)
                 if homes is None or extra is None:
                     raise PoolOutOfMemory(
-                        f"cannot place {nbytes} bytes ({n} slabs of {S} B{many}) with placement "
-                        f"{policy!r}", free={m: free[m] * S for m in range(self.size)},
+                        f"cannot place {nbytes} bytes ({n} slabs of {S} B{many}) with "
+                        f"placement {policy!r}", free={m: free[m] * S for m in range(self.size)},
                         needed=int(nbytes))
                 members = homes
                 slots, fresh = self.take(heap, homes)
