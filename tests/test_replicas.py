@@ -3,8 +3,8 @@ at creation, reads that survive a SIGKILLed member (local members with and witho
 memory servers on loopback and in other network namespaces, SPMD ranks), the restore back to
 k copies seen in stats(), PeerLost naming the member for arrays without a replica, pool.lost().
 """
+import gc
 import json
-import os
 import subprocess
 import sys
 import types
@@ -76,6 +76,7 @@ def test_copies_on_distinct_members_written_at_creation(pool, n, k, policy, dtyp
 
 
 def test_memory_counts_every_copy(pool):
+    gc.collect()                                  # earlier tests' garbage freed now, not below
     before = pool.free_bytes()
     x = pt.zeros(30 * SLAB // 8, access="readonly", replicas=3)
     used = [b - a for a, b in zip(pool.free_bytes(), before)]
