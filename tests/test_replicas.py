@@ -223,3 +223,9 @@ def test_two_members_lost_one_after_the_other():
     out = subprocess.run([sys.executable, str(SCRIPTS / "replicas_twice.py")],
                          capture_output=True, text=True, timeout=150, env=server_env())
     assert out.returncode == 0 and "twice ok" in out.stdout, out.stdout + out.stderr[-4000:]
+
+
+def test_restore_without_room_waits_for_freed_memory():
+    out = subprocess.run([sys.executable, str(SCRIPTS / "replicas_full.py")],
+                         capture_output=True, text=True, timeout=150, env=server_env())
+    assert out.returncode == 0 and "full ok" in out.stdout, out.stdout + out.stderr[-4000:]
