@@ -84,6 +84,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/ops.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/ops.py
 	$(BIN)/python bench/plain.py
+	$(BIN)/python bench/replicas.py
 	$(BIN)/python bench/tcp.py
 	$(BIN)/python bench/dask.py
 

@@ -146,6 +146,11 @@ class RemoteWorld(LocalMemory):
         rest = [r for r in range(1, self.size) if r != first and self._ctx.peer_lost(r)]
         return ([first] if first >= 0 else []) + rest
 
+    def lost(self):
+        """The ranks seen dead so far (by the native monitor or a failed transfer), the first
+        one seen first; none once the world is closed."""
+        return [] if self._closed else self._lost()
+
     def barrier(self, timeout=None):
         """Nothing to wait for: the servers run no user code (kept for World's interface)."""
         if self._closed:

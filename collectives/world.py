@@ -182,6 +182,11 @@ class World(LocalMemory):
         return ([first] if first >= 0 else []) + rest
 
     # -- public -----------------------------------------------------------------------------
+    def lost(self):
+        """The ranks seen dead so far (by the native monitor or a failed transfer), the first
+        one seen first; none once the world is closed."""
+        return [] if self._closed else self._lost()
+
     def barrier(self, timeout=None):
         """Return once every rank has called barrier(); PeerLost or Timeout otherwise.
 

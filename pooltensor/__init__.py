@@ -71,12 +71,19 @@ ndarray.to_dask = _to_dask
 
 
 def stats():
-    """The pool's usage per member, fragmentation and cache counters (see Pool.stats)."""
+    """The pool's usage per member, fragmentation, cache counters and replicas (lost members,
+    under-replicated slabs, restore progress; see Pool.stats)."""
     return current().stats()
 
 
-__all__ = ["init", "finalize", "sync", "current", "stats", "from_dask", "Pool", "ndarray", "zeros", "ones",
-           "empty", "full", "arange", "linspace", "asarray", "from_numpy", "random",
+def lost():
+    """What went with members that were lost: one dict per array (allocation) that had a slab
+    with no surviving copy (see Pool.lost)."""
+    return current().lost()
+
+
+__all__ = ["init", "finalize", "sync", "current", "stats", "lost", "from_dask", "Pool",
+           "ndarray", "zeros", "ones", "empty", "full", "arange", "linspace", "asarray", "from_numpy", "random",
            "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge", "FallbackWarning",
            "PerformanceWarning", "__array_api_version__"]
 __all__ += _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _ns.CREATION

@@ -230,7 +230,10 @@ KILL = textwrap.dedent("""
         big + 1
         print("AFTER OK")
     except PeerLost as e:
-        print("AFTER LOST", "init() again" in str(e))
+        print("AFTER LOST", "member 2" in str(e))
+    small = pt.ones(1 << 12, dtype=np.float32)     # placed on the members alive
+    print("OTHERS", float((small + 1).sum()), 2 not in small.slab_members)
+    print("LISTED", big._a.id in [d["allocation"] for d in pool.lost()])
     pt.finalize()
     pt.init(members=2, slab_size=1 << 16)
     print("NEW", float((pt.ones(100) + 1).sum()))
@@ -247,7 +250,9 @@ def test_member_killed_mid_operation_is_peer_lost():
     lost = [ln for ln in lines if ln.startswith("LOST")]
     assert lost and lost[0].endswith("True"), out.stdout + out.stderr[-2000:]
     assert float(lost[0].split()[1]) < 20
-    assert "AFTER LOST True" in out.stdout
+    assert "AFTER LOST True" in out.stdout        # the arrays on the lost member say so
+    assert "OTHERS 8192.0 True" in out.stdout      # the pool goes on without it
+    assert "LISTED True" in out.stdout
     assert "NEW 200.0" in out.stdout
     assert time.monotonic() - t < 90
 

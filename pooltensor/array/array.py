@@ -207,6 +207,8 @@ class ndarray(NDArrayOperatorsMixin):
         pool = a.pool
         if pool.closed or self.size == 0:
             return
+        if pool.pending:
+            pool.keeper.apply()
         lo, hi = layout.extent(self._off, self._shape, self._strides, self.itemsize)
         S = a.slab
         k0, k1 = lo // S, (hi - 1) // S
@@ -263,8 +265,8 @@ class ndarray(NDArrayOperatorsMixin):
                 v[2].hits += 1
             return v[0][(b - v[3]) >> v[4]]
         pool = a.pool
-        if pool.closed:
-            pool.check_open()
+        if pool.closed or pool.pending:
+            pool.check_open()          # (and applies members lost meanwhile)
         cache = pool.cache
         m, slot = a.members[k], a.slots[k]
         counter = None
@@ -513,6 +515,8 @@ class ndarray(NDArrayOperatorsMixin):
         issued = k0
         behind = None
         for k in range(k0, k1 + 1):
+            if pool.pending:                    # a member was lost: repoint first
+                pool.keeper.apply()
             if depth:
                 stop = min(k1, k + depth)
                 while issued < stop:

@@ -14,6 +14,10 @@ Before allocating, the ranks agree on the call (pool.allocate: the function and 
 arguments, shape, dtype, placement, access; CollectiveMismatch on every rank otherwise).
 The values of from_numpy/asarray are not compared (every rank passes the same data).
 Slabs that were never used before are still zero (memfd pages), so zeros() skips them.
+
+Every function takes replicas=k with access='readonly': each slab then lives on k members
+(pool/replicas.py) and this process writes every copy (in SPMD: each rank the copies it
+homes), so that reads survive the loss of a member.
 """
 import operator
 
@@ -35,17 +39,18 @@ def _shape(shape):
     return shape
 
 
-def _new(shape, dtype, placement=None, access="readwrite", what="empty"):
+def _new(shape, dtype, placement=None, access="readwrite", what="empty", replicas=None):
     """An uninitialized array and, per slab, whether it is fresh (still all zeros).
 
     what: the creating call as the ranks compare it in SPMD (the function, with any scalar
-    argument that decides the values)."""
+    argument that decides the values). replicas: copies of every slab, each on a member of
+    its own (access='readonly' only; see pool/replicas.py)."""
     shape, dtype = _shape(shape), _check_dtype(dtype)
     n = 1
     for d in shape:
         n *= d
     alloc, fresh = current().allocate(n * dtype.itemsize, access, placement,
-                                      what=(what, shape, dtype))
+                                      what=(what, shape, dtype), replicas=replicas)
     return ndarray(alloc, 0, shape, layout.c_strides(shape, dtype.itemsize), dtype), fresh
 
 
@@ -58,8 +63,13 @@ def _value(v):
 
 
 def _mine(pool, alloc, k):
-    """Does this process write slab k at creation? (SPMD: only the slabs it homes.)"""
-    return not pool.spmd or alloc.members[k] == pool.me
+    """Does this process write slab k at creation? (SPMD: only the slabs it homes, or a
+    copy of.)"""
+    if not pool.spmd:
+        return True
+    if alloc.copies is not None:
+        return any(m == pool.me for m, _ in alloc.copies[k])
+    return alloc.members[k] == pool.me
 
 
 def _fill(x, fresh, values, skip_fresh=False):
@@ -67,7 +77,8 @@ def _fill(x, fresh, values, skip_fresh=False):
     plain script's members write the slabs they home (when values can travel in a plan)."""
     a = x._a
     pool = a.pool
-    doers = work.doers(pool, x, local_ok=True) if getattr(values, "PLAN_OK", False) else ()
+    doers = work.doers(pool, x, local_ok=True) if getattr(values, "PLAN_OK", False) and \
+        a.copies is None else ()        # (every copy of a replicated slab is written here)
     if work.share(pool, doers, ("fill", x, values, skip_fresh, fresh),
                   lambda handled: fill_here(x, fresh, values, skip_fresh,
                                             skip=frozenset(doers))) is None:
@@ -169,33 +180,36 @@ def _done(pool, alloc):
         pool.world.barrier()
 
 
-def empty(shape, dtype=float, *, placement=None, access="readwrite"):
+def empty(shape, dtype=float, *, placement=None, access="readwrite", replicas=None):
     """A new array without initializing its elements (collective in SPMD)."""
-    return _new(shape, dtype, placement, access)[0]
+    return _new(shape, dtype, placement, access, replicas=replicas)[0]
 
 
-def zeros(shape, dtype=float, *, placement=None, access="readwrite"):
+def zeros(shape, dtype=float, *, placement=None, access="readwrite", replicas=None):
     """A new array of zeros (slabs never used before are already zero and not written)."""
-    x, fresh = _new(shape, dtype, placement, access, "zeros")
+    x, fresh = _new(shape, dtype, placement, access, "zeros", replicas)
     return _fill(x, fresh, Repeat(0, x.dtype, x._a.pool.slab_size // x.itemsize),
                  skip_fresh=True)
 
 
-def ones(shape, dtype=float, *, placement=None, access="readwrite"):
+def ones(shape, dtype=float, *, placement=None, access="readwrite", replicas=None):
     """A new array of ones."""
-    return full(shape, 1, dtype, placement=placement, access=access)
+    return full(shape, 1, dtype, placement=placement, access=access, replicas=replicas)
 
 
-def full(shape, fill_value, dtype=None, *, placement=None, access="readwrite"):
+def full(shape, fill_value, dtype=None, *, placement=None, access="readwrite",
+         replicas=None):
     """A new array with every element `fill_value` (dtype inferred as numpy's full does)."""
     if dtype is None:
         dtype = np.array(fill_value).dtype
-    x, fresh = _new(shape, dtype, placement, access, f"full {_value(fill_value)}")
+    x, fresh = _new(shape, dtype, placement, access, f"full {_value(fill_value)}",
+                    replicas)
     v = np.full(1, fill_value, x.dtype)[0]       # numpy's conversion (and its errors) here
     return _fill(x, fresh, Repeat(v, x.dtype, x._a.pool.slab_size // x.itemsize))
 
 
-def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="readwrite"):
+def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="readwrite",
+           replicas=None):
     """Evenly spaced values in [start, stop), the same values numpy.arange gives."""
     if stop is None:
         start, stop = 0, start
@@ -212,7 +226,7 @@ def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="read
     b0 = probe[0]
     delta = probe[1] - probe[0] if len(probe) > 1 else probe[0] * 0
     x, fresh = _new((n,), dtype, placement, access,
-                    f"arange {_value(start)} {_value(stop)} {_value(step)}")
+                    f"arange {_value(start)} {_value(stop)} {_value(step)}", replicas)
     if dtype.kind in "iub":
         b0, delta = int(b0), int(delta)
     second = probe[1] if len(probe) > 1 else None
@@ -220,7 +234,7 @@ def arange(start, stop=None, step=1, dtype=None, *, placement=None, access="read
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None, *, placement=None,
-             access="readwrite"):
+             access="readwrite", replicas=None):
     """num evenly spaced values from start to stop, the same values numpy.linspace gives."""
     num = operator.index(num)
     if num < 0:
@@ -229,28 +243,30 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, *, placement=None,
     dt = np.result_type(start, stop, float(num))
     dtype = dt if dtype is None else np.dtype(dtype)
     x, fresh = _new((num,), dtype, placement, access,
-                    f"linspace {_value(start)} {_value(stop)} {endpoint}")
+                    f"linspace {_value(start)} {_value(stop)} {endpoint}", replicas)
     s0, delta = np.asarray(start, dt), np.asarray(stop, dt) - np.asarray(start, dt)
     step = delta / div if div > 0 else np.nan
     return _fill(x, fresh, Linspace(s0, delta, step, div, num, endpoint, stop, dt, dtype))
 
 
-def from_numpy(arr, *, placement=None, access="readwrite"):
+def from_numpy(arr, *, placement=None, access="readwrite", replicas=None):
     """A pool copy of numpy array `arr` (in SPMD, every rank passes the same data and
     writes the slabs it homes)."""
     arr = np.asarray(arr)
-    x, fresh = _new(arr.shape, arr.dtype, placement, access, "from_numpy")
+    x, fresh = _new(arr.shape, arr.dtype, placement, access, "from_numpy", replicas)
     flat = np.ascontiguousarray(arr).reshape(-1)
     return _fill(x, fresh, lambda e0, e1: flat[e0:e1])
 
 
-def asarray(obj, dtype=None, *, placement=None, access=None):
+def asarray(obj, dtype=None, *, placement=None, access=None, replicas=None):
     """`obj` as a pool array: a pool array as is (when dtype and access already match),
     anything numpy accepts copied in."""
     if isinstance(obj, ndarray):
         if (dtype is None or np.dtype(dtype) == obj.dtype) and \
-                (access is None or access == obj.access) and placement is None:
+                (access is None or access == obj.access) and placement is None and \
+                replicas is None:
             return obj
         obj = obj.to_numpy()
     arr = np.asarray(obj, dtype=dtype)
-    return from_numpy(arr, placement=placement, access=access or "readwrite")
+    return from_numpy(arr, placement=placement, access=access or "readwrite",
+                      replicas=replicas)

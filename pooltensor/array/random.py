@@ -61,35 +61,38 @@ class Draw:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _generate(shape, dtype, seed, method, args, kw, placement, access, what):
+def _generate(shape, dtype, seed, method, args, kw, placement, access, what, replicas=None):
     x, fresh = _new(shape, dtype, placement, access,
-                    what if seed is None else f"{what} seed {int(seed)}")
+                    what if seed is None else f"{what} seed {int(seed)}", replicas)
     seed = _seed(seed, access)
     return _fill(x, fresh, Draw(seed, method, dtype, args, kw))
 
 
-def random(shape, *, seed=None, dtype=np.float64, placement=None, access="readwrite"):
+def random(shape, *, seed=None, dtype=np.float64, placement=None, access="readwrite",
+           replicas=None):
     """Uniform floats in [0, 1) (float32 or float64)."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"random() makes float32 or float64, not {dtype}")
-    return _generate(shape, dtype, seed, "random", (), {}, placement, access, "random")
+    return _generate(shape, dtype, seed, "random", (), {}, placement, access, "random",
+                     replicas)
 
 
-def standard_normal(shape, *, seed=None, dtype=np.float64, placement=None, access="readwrite"):
+def standard_normal(shape, *, seed=None, dtype=np.float64, placement=None, access="readwrite",
+                    replicas=None):
     """Samples of the standard normal distribution (float32 or float64)."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"standard_normal() makes float32 or float64, not {dtype}")
     return _generate(shape, dtype, seed, "standard_normal", (), {}, placement, access,
-                     "standard_normal")
+                     "standard_normal", replicas)
 
 
 def integers(low, high=None, shape=(), *, seed=None, dtype=np.int64, endpoint=False,
-             placement=None, access="readwrite"):
+             placement=None, access="readwrite", replicas=None):
     """Random integers in [low, high) (or [0, low) when high is None; [low, high] with
     endpoint=True), as numpy's Generator.integers."""
     dtype = np.dtype(dtype)
     np.random.default_rng(0).integers(low, high, 1, dtype=dtype, endpoint=endpoint)  # checks
     return _generate(shape, dtype, seed, "integers", (low, high), {"endpoint": endpoint},
-                     placement, access, f"integers {low!r} {high!r} {endpoint}")
+                     placement, access, f"integers {low!r} {high!r} {endpoint}", replicas)

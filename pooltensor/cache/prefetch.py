@@ -16,6 +16,8 @@ completes them while Python goes on. A read that finds an entry still in flight 
 wasted. Explicit hints (``x.prefetch(index)``, ``x.blocks()``) go through issue() directly.
 """
 
+from collectives.errors import PeerLost
+
 from .fault import fetch
 
 
@@ -76,12 +78,16 @@ def observe(pool, alloc, k):
 def issue(pool, alloc, k):
     """Start fetching slab k of `alloc` into the cache if it is remote and not there yet."""
     m = alloc.members[k]
-    if m == pool.me or (pool.mapped and (alloc.heap, m) in pool.mapped):
+    if m == pool.me or (pool.mapped and (alloc.heap, m) in pool.mapped) or \
+            (alloc.lost and k in alloc.lost):
         return False
     key = (alloc.heap, m, alloc.slots[k])
     if key in pool.cache.entries:
         return False
-    fetch(pool, alloc.heap, m, alloc.slots[k], alloc.slab_len(k), asynchronous=True)
+    try:
+        fetch(pool, alloc.heap, m, alloc.slots[k], alloc.slab_len(k), asynchronous=True)
+    except PeerLost:
+        return False         # a hint: the read of that slab fails over (transfer.py)
     pool.cache.prefetch_issued += 1
     return True
 

@@ -16,8 +16,15 @@ elements are put (one put per contiguous run). A plain script without computing 
 (pool.exclusive) is the pool's only writer, so there a strided write into a remote slab may
 update the cached copy and put the whole touched range in one call (read-modify-write is safe
 when nobody else writes).
+
+Lost members (pool/replicas.py). A read that gets PeerLost from a member tells the pool, which
+repoints the slabs that have another copy (replicas) and marks the others lost; the read is
+then retried, at most once per member. A lost slab raises PeerLost naming its member. Every
+slab read first applies losses the pool's keeper has seen (pool.pending) on this thread.
 """
 import numpy as np
+
+from collectives.errors import PeerLost
 
 from . import prefetch
 from .fault import fetch
@@ -29,6 +36,8 @@ def slab_read(pool, alloc, k, lo=0, hi=None):
     """The bytes of slab k of `alloc` (a uint8 array of slab_size): local, mapped or cached.
     A mapped slab's bytes [lo, hi) (default: all it holds) are populated first; hi=lo: none
     (the caller populated them)."""
+    if pool.pending:
+        pool.keeper.apply()
     m = alloc.members[k]
     slot = alloc.slots[k]
     S = pool.slab_size
@@ -73,8 +82,29 @@ def populate_range(pool, alloc, lo, hi, write=False, only=None):
     return any_
 
 
+def recover(pool, err, tries):
+    """After PeerLost `err` in a read: let the pool fail over (keeper.recover), or raise
+    `err` when it cannot or the read was already retried `tries` times."""
+    keeper = getattr(pool, "keeper", None)
+    if tries >= pool.size or keeper is None or not keeper.recover(err):
+        raise err
+
+
 def slab_entry(pool, alloc, k):
-    """Like slab_read for a remote slab, but returns the cache entry (to pin its frame)."""
+    """Like slab_read for a remote slab, but returns the cache entry (to pin its frame).
+    A member lost on the way: the slab is read from another copy (or PeerLost if none)."""
+    for tries in range(pool.size + 1):
+        if pool.pending:
+            pool.keeper.apply()
+        if alloc.lost and k in alloc.lost:
+            raise pool.keeper.lost_error(alloc, k)
+        try:
+            return _entry(pool, alloc, k)
+        except PeerLost as e:
+            recover(pool, e, tries)
+
+
+def _entry(pool, alloc, k):
     m, slot = alloc.members[k], alloc.slots[k]
     prefetch.observe(pool, alloc, k)
     cache = pool.cache
@@ -98,6 +128,14 @@ def read(pool, alloc, off, shape, strides, dtype, out):
     """Copy the elements of the view (off, shape, strides) into numpy `out` (same shape)."""
     if out.size == 0:
         return out
+    for tries in range(pool.size + 1):
+        try:
+            return _read(pool, alloc, off, shape, strides, dtype, out)
+        except PeerLost as e:
+            recover(pool, e, tries)
+
+
+def _read(pool, alloc, off, shape, strides, dtype, out):
     S = pool.slab_size
     it = dtype.itemsize
     noff, nshape, nstrides, order, flips = normalize(off, shape, strides)
@@ -124,6 +162,8 @@ def _read_range(pool, alloc, lo, hi, blk, dtype, big):
     S = pool.slab_size
     it = dtype.itemsize
     flat = blk.reshape(-1).view(np.uint8) if blk.flags.c_contiguous else None
+    if pool.pending:
+        pool.keeper.apply()
     filled = bool(pool.mapped) and populate_range(pool, alloc, lo, hi)
     inflight = []
     try:
@@ -131,6 +171,7 @@ def _read_range(pool, alloc, lo, hi, blk, dtype, big):
             a, b = max(lo, k * S), min(hi, (k + 1) * S)
             m = alloc.members[k]
             if (big and flat is not None and m != pool.me and b - a == S and
+                    not (alloc.lost and k in alloc.lost) and
                     (alloc.heap, m, alloc.slots[k]) not in pool.cache.entries and
                     not (filled and (alloc.heap, m) in pool.mapped)):
                 # a read bigger than the cache: full slabs go straight into the destination
@@ -141,9 +182,23 @@ def _read_range(pool, alloc, lo, hi, blk, dtype, big):
                 flat[a - lo:b - lo] = buf[a - k * S:b - k * S]
             else:
                 blk.flat[(a - lo) // it:(b - lo) // it] = buf[a - k * S:b - k * S].view(dtype)
-    finally:
-        for req in inflight:
+    except BaseException:
+        _settle(inflight)
+        raise
+    _settle(inflight, True)
+
+
+def _settle(inflight, check=False):
+    """Wait for every direct read in flight (none may land later); with check, raise the
+    first failure once all are done."""
+    first = None
+    for req in inflight:
+        try:
             req.wait()
+        except Exception as e:          # noqa: BLE001
+            first = first or e
+    if check and first is not None:
+        raise first
 
 
 # Direct slab reads kept in flight at once over tcp: enough to cover a round trip and keep
@@ -169,6 +224,14 @@ def _direct(pool, alloc, k, dst, inflight):
 
 def gather(pool, alloc, offsets, dtype, out):
     """out.flat[i] = element at byte offsets.flat[i] (advanced indexing reads)."""
+    for tries in range(pool.size + 1):
+        try:
+            return _gather(pool, alloc, offsets, dtype, out)
+        except PeerLost as e:
+            recover(pool, e, tries)
+
+
+def _gather(pool, alloc, offsets, dtype, out):
     flat_off = offsets.reshape(-1)
     res = out.reshape(-1)
     S = pool.slab_size
@@ -190,6 +253,8 @@ def write(pool, alloc, off, shape, strides, dtype, val, local_only=False):
     own). Read-only heaps are written only here, during creation."""
     if val.size == 0:
         return
+    if pool.pending:             # a member was lost: its mapping goes before a write lands
+        pool.keeper.apply()
     S = pool.slab_size
     it = dtype.itemsize
     heap = alloc.heap
@@ -229,10 +294,18 @@ def bump(pool, alloc, ks):
 
 
 def put_bytes(pool, alloc, k, o, data):
-    """Contiguous bytes into slab k at offset o: local copy, or put + cached copy updated."""
-    m, slot = alloc.members[k], alloc.slots[k]
+    """Contiguous bytes into slab k at offset o: local copy, or put + cached copy updated.
+    A replicated slab (creation only): every copy (in SPMD, the copies this rank homes)."""
+    if alloc.copies is None:
+        _put_at(pool, alloc.heap, alloc.members[k], alloc.slots[k], o, data)
+        return
+    for m, slot in alloc.copies[k]:
+        if m == pool.me or not pool.spmd:
+            _put_at(pool, alloc.heap, m, slot, o, data)
+
+
+def _put_at(pool, heap, m, slot, o, data):
     S = pool.slab_size
-    heap = alloc.heap
     at = slot * S + o
     if m == pool.me:
         buf = pool.local[heap]
@@ -304,6 +377,8 @@ def _put_runs(win, m, base, sh, st, it, v):
 
 def scatter(pool, alloc, offsets, dtype, vals):
     """Element at byte offsets.flat[i] = vals.flat[i] (advanced indexing writes)."""
+    if pool.pending:
+        pool.keeper.apply()
     S = pool.slab_size
     it = dtype.itemsize
     heap = alloc.heap

@@ -19,11 +19,7 @@ every member's heaps (alloc.SlabAllocator, placement policies): in SPMD, creatio
 collective call, so all ranks reach the same placement with no messages. In a plain script
 the script is the only allocator (member processes only serve memory).
 
-Frees. An Allocation is freed when its last array (or view) dies; its finalizer only queues
-the slabs, which are given back at a safe point: at the next allocation in a plain script;
-in SPMD at the next collective point (creation or sync), for the arrays every rank has
-dropped (the agreement row of that point says whether any rank has something queued, then
-one allgather of (id, digest of its slabs) pairs: the ranks must agree on each id's slabs).
+Frees. An Allocation is freed when its last array (or view) dies: frees.py.
 
 Agreement (SPMD): creation and sync are collective pool operations, checked across ranks
 (agree.py) before they change anything: creation's row (the digest of its operation, shape,
@@ -45,9 +41,12 @@ import weakref
 import numpy as np
 
 import collectives
+from collectives.rendezvous.bootstrap import host_identity
 
 from . import agree
+from . import frees
 from . import mapping
+from . import replicas as replicas_
 from . import placement as _placement
 from . import spawn
 from .alloc import SlabAllocator
@@ -73,7 +72,7 @@ DEFAULT_ADVANCED = 64 << 20       # advanced indexing returns numpy up to this, 
 MAX_BYTES = int(np.iinfo(np.intp).max)    # numpy's own bound on an array's bytes
 TOO_BIG = ("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum "
            "possible size.")
-SYNC = agree.Call("sync")         # a plain pt.sync(), as the ranks compare it
+SYNC = frees.SYNC                 # a plain pt.sync(), as the ranks compare it
 
 
 def physical_memory():
@@ -100,7 +99,7 @@ class Allocation:
     """The slabs holding one array's bytes; every view of the array shares it."""
 
     __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo", "slab",
-                 "version", "__weakref__")
+                 "version", "copies", "lost", "__weakref__")
 
     def __init__(self, pool, aid, nbytes, heap, members, slots):
         self.pool, self.id, self.nbytes, self.heap = pool, aid, nbytes, heap
@@ -109,6 +108,8 @@ class Allocation:
         self.memo = {}                       # x[i]: slab -> typed view and owner (array.py)
         self.slab = pool.slab_size
         self.version = 0        # bumped by every write this process makes or is told of
+        self.copies = None      # replicated: per slab, [(member, slot)] of its live copies
+        self.lost = None        # slab -> member: slabs whose every copy was lost (replicas.py)
 
     @property
     def access(self):
@@ -171,7 +172,7 @@ class Pool:
         if attach is None:
             attach = mapping.attach_default()
         cfg = world.allgather_object({"slab": S, "memory": memory // S * S, "role": role,
-                                      "attach": bool(attach)})
+                                      "attach": bool(attach), "machine": host_identity()})
         if role == "member":              # a plain script's member maps as the script does
             attach = cfg[0]["attach"]
         if client:        # the servers say what they granted; any slab size suits them
@@ -226,13 +227,23 @@ class Pool:
         self.cache = SlabCache(S, int(cache_bytes))
         self.cache.timeout = self.timeout
         self.max_prefetch = 16
+        self.pending = False     # a member was lost: reads repoint at their next slab
+        self.keeper = replicas_.Keeper(self, cfg)
         world.barrier()
+        self.keeper.start()
 
     # -- state --------------------------------------------------------------------------------
     def check_open(self):
         """PoolClosed if the pool was finalized."""
         if self.closed:
             raise PoolClosed("the pool is finalized; call pooltensor.init() again")
+        if self.pending:
+            self.keeper.apply()
+
+    def lost(self):
+        """What was lost with members that are gone: one dict per allocation that had a
+        slab with no surviving copy (see replicas.Keeper.lost)."""
+        return self.keeper.lost()
 
     @property
     def members(self):
@@ -248,11 +259,12 @@ class Pool:
         return self._private
 
     # -- allocation ------------------------------------------------------------------------
-    def allocate(self, nbytes, access="readwrite", placement=None, what=None):
+    def allocate(self, nbytes, access="readwrite", placement=None, what=None, replicas=None):
         """Slabs for an array of `nbytes`: (Allocation, fresh) where fresh[k] says slab k was
         never used before (so it still holds zeros). Collective in SPMD unless private: the
         ranks first agree on the call (what: (operation, shape, dtype) of the creation, for
-        the check and its message) or every rank raises CollectiveMismatch."""
+        the check and its message) or every rank raises CollectiveMismatch. replicas:
+        copies of each slab on as many members (readonly only; see replicas.py)."""
         self.check_open()
         S = self.slab_size
         nbytes = int(nbytes)
@@ -261,7 +273,9 @@ class Pool:
             op, shape, dtype = what if what is not None else ("allocate", nbytes, None)
             call = agree.Call(op, shape, dtype,
                               agree.placement_key(self.placement if placement is None
-                                                   else placement), access,
+                                                   else placement),
+                              access if replicas is None or replicas == 1
+                              else f"{access} replicas={replicas}",
                               targets=(("new allocation id, slabs", self._next_id + 1, n),))
         else:
             call = None
@@ -271,6 +285,10 @@ class Pool:
             bad = ValueError(TOO_BIG)
         else:
             bad = None
+            try:
+                copies = replicas_.check(replicas, access, self.keeper.eligible())
+            except (TypeError, ValueError) as e:
+                bad = e
         if bad is None and self.role == "member" and access != "private":
             bad = ValueError("this process is a member of a pool whose allocator is another "
                              "process (a plain script's, or a Dask client's after "
@@ -314,45 +332,36 @@ class Pool:
                         "placement='local' means the calling member, but in SPMD every rank "
                         "calls (creation is collective): use 'block' (a contiguous part on "
                         "each rank), a member list, or access='private' for this rank alone")
-                free = [self.nslabs[m] - self._used[m] for m in range(self.size)]
-                allowed = policy if isinstance(policy, tuple) else range(self.size)
+                free, allowed = self.keeper.room(policy)
                 if self.role == "client" and not isinstance(policy, _placement.Explicit):
                     _placement.plan_servers(policy, 0, free)     # policy errors come first
                 # before any per-slab list is made: a request the allowed members could never
                 # hold, or cannot hold now, costs nothing in proportion to its size
                 cap = sum(self.nslabs[m] for m in allowed)
-                if n > cap or n > sum(free[m] for m in allowed):
+                many = f", {copies} copies each" if copies > 1 else ""
+                if n * copies > cap or n * copies > sum(free[m] for m in allowed):
                     who = f"members {list(policy)}" if isinstance(policy, tuple) else "the pool"
                     ever = f": more than {who} could ever hold ({cap * S} bytes)" \
                         if n > cap else ""
                     raise PoolOutOfMemory(
-                        f"cannot place {nbytes} bytes ({n} slabs of {S} B) with placement "
-                        f"{policy!r}{ever}", free={m: free[m] * S for m in range(self.size)},
+                        f"cannot place {nbytes} bytes ({n} slabs of {S} B{many}) with "
+                        f"placement {policy!r}{ever}",
+                        free={m: free[m] * S for m in range(self.size)},
                         needed=nbytes)
                 if self.role == "client":
                     homes = _placement.plan_servers(policy, n, free)
                 else:
                     homes = _placement.plan(policy, n, free, self.me)
                 homes = _placement.spill(homes, free, allowed)
-                if homes is None:
+                extra = homes and self.keeper.place(homes, copies, free, allowed)
+                if homes is None or extra is None:
                     raise PoolOutOfMemory(
-                        f"cannot place {nbytes} bytes ({n} slabs of {S} B) with placement "
-                        f"{policy!r}", free={m: free[m] * S for m in range(self.size)},
+                        f"cannot place {nbytes} bytes ({n} slabs of {S} B{many}) with "
+                        f"placement {policy!r}", free={m: free[m] * S for m in range(self.size)},
                         needed=int(nbytes))
-                members, slots, fresh = homes, [0] * n, [False] * n
-                idx = {}
-                for k, m in enumerate(homes):
-                    idx.setdefault(m, []).append(k)
-                for m in sorted(idx):
-                    a = self._alloc[heap][m]
-                    hwm = a.hwm
-                    runs = a.alloc(len(idx[m]))
-                    got = [s for st, ln in runs for s in range(st, st + ln)]
-                    for k, s in zip(idx[m], got):
-                        slots[k] = s
-                        fresh[k] = s >= hwm
-                    self._used[m] += len(got)
-                    self._heap_used[heap][m] += len(got)
+                members = homes
+                slots, fresh = self.take(heap, homes)
+                extra = [(ms, *self.take(heap, ms)) for ms in extra]
             if heap == "pv":         # private ids are this rank's own: shared ids stay in step
                 self._next_pv -= 1
                 aid = self._next_pv
@@ -360,91 +369,44 @@ class Pool:
                 self._next_id += 1
                 aid = self._next_id
             alloc = Allocation(self, aid, int(nbytes), heap, members, slots)
+            if heap != "pv":
+                fresh = self.keeper.track(alloc, what, copies, extra, fresh)
             self._live += 1
-            f = weakref.finalize(alloc, self._queue_free, alloc.id, heap, members, slots)
+            f = weakref.finalize(alloc, self._queue_free, alloc.id, heap, members, slots,
+                                 alloc.copies)
             f.atexit = False
         return alloc, fresh
 
-    def _queue_free(self, aid, heap, members, slots):
-        (self._pending_pv if heap == "pv" else self._pending).append((aid, heap, members, slots))
+    def take(self, heap, homes):
+        """A free slot of `heap` on each member of `homes` (room checked by the caller):
+        (slots, fresh), fresh[i] when that slot was never used before (still zero)."""
+        slots, fresh = [0] * len(homes), [False] * len(homes)
+        idx = {}
+        for k, m in enumerate(homes):
+            idx.setdefault(m, []).append(k)
+        for m in sorted(idx):
+            a = self._alloc[heap][m]
+            hwm = a.hwm
+            runs = a.alloc(len(idx[m]))
+            got = [s for st, ln in runs for s in range(st, st + ln)]
+            for k, s in zip(idx[m], got):
+                slots[k] = s
+                fresh[k] = s >= hwm
+            self._used[m] += len(got)
+            self._heap_used[heap][m] += len(got)
+        return slots, fresh
 
-    def _apply(self, frees):
-        for aid, heap, members, slots in frees:
-            per = {}
-            for m, s in zip(members, slots):
-                per.setdefault(m, []).append(s)
-            for m, ss in per.items():
-                ss.sort()
-                runs, st, ln = [], ss[0], 1
-                for s in ss[1:]:
-                    if s == st + ln:
-                        ln += 1
-                    else:
-                        runs.append((st, ln))
-                        st, ln = s, 1
-                runs.append((st, ln))
-                if heap == "pv":
-                    self._alloc_pv.free(runs)
-                else:
-                    self._alloc[heap][m].free(runs)
-                    self._used[m] -= len(ss)
-                    self._heap_used[heap][m] -= len(ss)
-                    if m != self.me:
-                        self.cache.discard_keys([(heap, m, s) for s in ss])
-            self._live -= 1
+    def _queue_free(self, aid, heap, members, slots, copies=None):
+        (self._pending_pv if heap == "pv" else self._pending).append(
+            (aid, heap, members, slots, copies))
+
+    def _apply(self, pend):
+        frees.apply(self, pend)
 
     def collect_frees(self, call=None, failed=False):
-        """Give back the slabs of dropped arrays (collective in SPMD; see module docstring).
-
-        SPMD: one allreduce of every rank's agreement row for `call` (the collective point
-        this is part of; default a plain sync) carrying its count of queued frees and
-        `failed`; CollectiveMismatch on every rank, with nothing freed, when the calls differ.
+        """Give back the slabs of dropped arrays (collective in SPMD; see frees.collect).
         Returns whether any rank passed failed=True."""
-        with self._lock:
-            if self._pending_pv:
-                self._apply(self._pending_pv)
-                self._pending_pv = []
-            if not self.coherent:
-                pend, self._pending = self._pending, []
-                self._apply(pend)
-                return failed
-            call = SYNC if call is None else call
-            pend = list(self._pending)      # a finalizer may queue more while we wait
-            red = agree.reduce(self.world, call, len(pend), int(failed))
-            return self._free_agreed(red, call, pend)
-
-    def _free_agreed(self, red, call, pend):
-        """After the agreement row of a collective point (`red`, reduced over the ranks):
-        verify it, then free what every rank dropped (of `pend`, the queue when the row was
-        sent). Returns whether any rank's row said failed."""
-        agree.verify(self.world, red, call)
-        mx = int(red[0])
-        if mx:
-            # (id >= 1, digest of its slabs) padded with 0 to the longest list: one allgather
-            mine = [(p[0], agree.slabs_word(*p[1:])) for p in pend]
-            mine += [(0, 0)] * (mx - len(mine))
-            per = [dict(lst) for lst in
-                   collectives.allgather(np.array(mine, np.int64), world=self.world).tolist()]
-            common = set(per[0]).intersection(*per[1:]) - {0}
-            if common:
-                self._check_slabs(per, common)
-                now = [p for p in pend if p[0] in common]
-                self._pending = [p for p in self._pending if p[0] not in common]
-                self._apply(now)
-        return bool(red[1])
-
-    def _check_slabs(self, per, common):
-        """Every rank holds the same slabs under each id about to be freed (per: one
-        {id: slab digest} per rank); else the pools diverged: CollectiveMismatch on every
-        rank, nothing freed."""
-        for aid in sorted(common):
-            digests = [p[aid] for p in per]
-            if digests.count(digests[0]) != len(digests):
-                other = next(r for r, d in enumerate(digests) if d != digests[self.me])
-                raise collectives.CollectiveMismatch(
-                    f"the ranks would free allocation {aid} with different slabs (slab "
-                    f"digests {digests}, rank by rank): their pools diverged; nothing was freed",
-                    rank=other, host=self.world.hosts[other])
+        return frees.collect(self, call, failed)
 
     # -- versions (SPMD coherence) -------------------------------------------------------------
     def version(self, m, slot):
@@ -514,7 +476,7 @@ class Pool:
             pend = list(self._pending)
             red = agree.reduce(self.world, call, len(pend), int(failed))
             self.revalidate()
-            return self._free_agreed(red, call, pend)
+            return frees.agreed(self, red, call, pend)
 
     # -- reporting -----------------------------------------------------------------------------
     def free_bytes(self):
@@ -525,7 +487,8 @@ class Pool:
             return [(self.nslabs[m] - self._used[m]) * self.slab_size for m in range(self.size)]
 
     def stats(self):
-        """Usage per member, fragmentation, and the cache counters, as a dict."""
+        """Usage per member, fragmentation, the cache counters and the replicas (lost members,
+        under-replicated slabs, restore progress: replicas.Keeper.stats), as a dict."""
         with self._lock:
             if not self.coherent:
                 self.collect_frees()
@@ -552,7 +515,8 @@ class Pool:
                     "private": {"member": self.me, "used": (pv.nslabs - pv.nfree) * S,
                                 "free": pv.nfree * S,
                                 "fragmentation": round(pv.fragmentation(), 4)},
-                    "cache": self.cache.stats(), "plans": dict(self.plans)}
+                    "cache": self.cache.stats(), "plans": dict(self.plans),
+                    "replicas": self.keeper.stats()}
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.size} member(s)"
@@ -565,6 +529,7 @@ class Pool:
         if self.closed:
             return
         self.closed = True
+        self.keeper.close()
         self.cache.gen += 1              # memos of x[i] fast paths stop matching
         self.cache.live.attached = False
         for r in list(self.views.values()):

@@ -47,7 +47,7 @@ import time
 
 from collectives import _native
 from collectives import control as _ctl
-from collectives.rendezvous.bootstrap import parse_address
+from collectives.rendezvous.bootstrap import machine_identity, parse_address
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 NATIVE_SEGMENTS = 256    # the native engine's tables: segments and registrations (keys)
@@ -384,6 +384,7 @@ class Server:
             deadline = time.monotonic() + timeout
             facts = {"memory": self.memory, "free": self.free, "data_port": self.data_port,
                      "pid": os.getpid(), "host": socket.gethostname(),
+                     "machine": machine_identity(),      # where replicas go (pool/replicas.py)
                      "plans": self._handle is not None, "code": self.allow_code}
             if not _ctl.server_handshake(c.sock, self._secret, facts, deadline,
                                          lambda: self._admit(c)):

@@ -194,13 +194,14 @@ class Round:
         self.pool = pool
         self.members = tuple(members)
         self.sent = []
+        self.chans = {m: pool.chans[m] for m in self.members}   # (a lost one leaves pool.chans)
         msg = dumps((plan, code, np.geterr()))      # before anything is sent (see start())
         for m in self.members:
-            ch = pool.chans[m]
+            ch = self.chans[m]
             try:
                 ch.send(msg)
             except PeerLost as e:
-                pool.broken = e
+                _lost(pool, m, e)
                 self._drain()
                 raise
             self.sent.append(m)
@@ -210,11 +211,15 @@ class Round:
     def _drain(self):
         out, first = {}, None
         for m in self.sent:
-            ch = self.pool.chans[m]
+            ch = self.chans[m]
             try:
                 raw = ch.recv(self.pool.timeout, alive=_alive(self.pool, m))
                 status, value = loads_reply(raw)
-            except (PeerLost, Timeout) as e:
+            except PeerLost as e:
+                _lost(self.pool, m, e)
+                first = first or e
+                continue
+            except Timeout as e:
                 self.pool.broken = e
                 first = first or e
                 continue
@@ -312,6 +317,17 @@ def written(pool, outs, members):
     pool.cache.gen += 1
 
 
+def _lost(pool, m, err):
+    """Member m's channel failed with PeerLost: the pool's keeper takes the member as lost
+    (its slabs fail over or are lost: pool/replicas.py) and the other members go on; a pool
+    without one is broken (check())."""
+    keeper = getattr(pool, "keeper", None)
+    if keeper is None:
+        pool.broken = err
+    else:
+        keeper.notice([m])
+
+
 def _alive(pool, m):
     procs = getattr(pool, "_procs", ())
 
@@ -347,8 +363,9 @@ def _member_exception(m, value):
 
 
 def check(pool):
-    """Raise the error that broke the members' channels, if one did (the world is not usable
-    for member work after a member died: finalize and init again)."""
+    """Raise the error that broke the members' channels, if one did (a member that did not
+    answer in time leaves its channel out of step: finalize and init again). A lost member
+    does not break the pool: it gets no more plans (pool/replicas.py)."""
     err = getattr(pool, "broken", None)
     if err is not None:
         raise PeerLost(f"a member of this pool was lost earlier ({err}); call "

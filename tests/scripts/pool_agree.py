@@ -127,8 +127,8 @@ pend = [p for p in pool._pending if p[0] == zid]
 assert pend, "the dropped array is not queued"
 saved = list(pool._pending)
 if me == n - 1:
-    pool._pending = [(a, h, ms, [s + 1 for s in ss]) if a == zid else (a, h, ms, ss)
-                     for a, h, ms, ss in pool._pending]
+    pool._pending = [(a, h, ms, [s + 1 for s in ss], c) if a == zid else (a, h, ms, ss, c)
+                     for a, h, ms, ss, c in pool._pending]
 before = state()
 try:
     pt.sync()
