@@ -33,6 +33,9 @@ def _parser():
                    help="also run code that authenticated clients send (pooltensor.map_blocks "
                         "functions); without it the server computes only numpy's operations "
                         "on the slabs it holds")
+    s.add_argument("--metrics", metavar="HOST:PORT",
+                   help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
+                        "every interface)")
     return p
 
 
@@ -55,7 +58,7 @@ def main(argv=None):
         try:
             from .ops.members import handle
             return serve(memory, args.listen, args.secret_file, args.data_port, handle,
-                         args.allow_code)
+                         args.allow_code, metrics=args.metrics)
         except (ValueError, OSError, PooltensorError) as e:    # bad --listen, port taken, ...
             print(f"pooltensor serve: {e}", file=sys.stderr)
             return 1

@@ -10,7 +10,18 @@ world (collectives/counters.py). Every field is described in README.md, "Stats".
 
 def stats(pool, per_peer=False):
     """The dict Pool.stats() returns (see the module's docstring)."""
-    with pool._lock:
+    out = usage(pool)
+    out["transfers"] = pool.world.stats(per_peer)
+    return out
+
+
+def usage(pool, wait=-1):
+    """Pool.stats() without "transfers" (what the metrics endpoint reads: it must not move
+    the interval that stats() measures bandwidth over). wait: seconds to wait for the pool's
+    lock (held through a collective sync, for instance); None when that was not enough."""
+    if not pool._lock.acquire(timeout=wait):
+        return None
+    try:
         if not pool.coherent:
             pool.collect_frees()
         S = pool.slab_size
@@ -36,6 +47,8 @@ def stats(pool, per_peer=False):
                            "free": pv.nfree * S,
                            "fragmentation": round(pv.fragmentation(), 4)},
                "cache": pool.cache.stats(), "plans": dict(pool.plans)}
+    finally:
+        pool._lock.release()
     capacity = sum(m["capacity"] for m in members)
     used = sum(m["used"] for m in members)
     for m in members:
@@ -50,5 +63,4 @@ def stats(pool, per_peer=False):
                                             for m in members), default=0),
                    # the members' read-write fragmentation, weighted by their free bytes
                    "fragmentation": round(frag / free, 4) if free else 0.0}
-    out["transfers"] = pool.world.stats(per_peer)
     return out

@@ -116,7 +116,7 @@ def _launched():
 
 def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memory=None,
          materialize_limit=None, advanced_limit=None, timeout=None, attach=None,
-         connect=None, secret_file=None):
+         connect=None, secret_file=None, metrics=None):
     """Join or build the pool and return it.
 
     A later call returns the same pool; an argument it gives that is not what the pool was
@@ -143,6 +143,11 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     servers; ``memory`` is then the bytes asked of each server (default: all it has free) and
     ``secret_file`` the servers' secret (default $POOLTENSOR_SECRET_FILE, else the file
     ``pooltensor serve`` makes by default). See pooltensor.pool.client.
+
+    metrics: ``"HOST:PORT"`` or ``":PORT"`` (every interface) to serve this process's
+    counters to Prometheus at http://HOST:PORT/metrics (default $POOLTENSOR_METRICS; off
+    when neither is set). Under SPMD each rank serves on PORT + its local rank. See
+    pooltensor.pool.metrics.
     """
     global _pool, _made
     with _init_lock:
@@ -153,6 +158,7 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
         given["connect"] = connect
         if _pool is not None and not _pool.closed:
             _agree(_pool, given)
+            _start_metrics(_pool, metrics)
             return _pool
         members, slab_size, memory = given["members"], given["slab_size"], given["memory"]
         timeout = given["timeout"]
@@ -195,9 +201,32 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
                 pool.exclusive = False      # ... so they write next to this process
         _pool = pool
         _made = _made_with(pool, given)
+        try:
+            _start_metrics(pool, metrics)
+        except BaseException:
+            _pool = None
+            pool.close()
+            raise
         atexit.unregister(finalize)
         atexit.register(finalize)      # after collectives' own exit hook: runs before it
         return pool
+
+
+def _start_metrics(pool, address):
+    """The Prometheus endpoint of this process (pool/metrics.py), once; a second init()
+    asking for another address is a ValueError."""
+    from . import metrics
+    address = address if address is not None else os.environ.get(metrics.ENV) or None
+    have = getattr(pool, "metrics_exporter", None)
+    if address is None:
+        return
+    if have is not None:
+        if address != pool.metrics_address:
+            raise ValueError(f"pooltensor already serves metrics at {pool.metrics_address!r}, "
+                             f"not {address!r}; call pooltensor.finalize() first")
+        return
+    pool.metrics_exporter = metrics.for_pool(pool, address)
+    pool.metrics_address = address
 
 
 def current(required=True):
@@ -216,7 +245,10 @@ def finalize():
     with _init_lock:
         p, _pool = _pool, None
     if p is not None:
+        exporter = getattr(p, "metrics_exporter", None)
         p.close()
+        if exporter is not None:
+            exporter.close()
 
 
 def sync():
