@@ -123,6 +123,38 @@ class Tracker:
         return out
 
 
+class Counted:
+    """stats() and counters() for a world (World, RemoteWorld): what its native context
+    (self._ctx) counted. Needs rank, size, host, hosts and _closed."""
+
+    _tracker = None
+
+    def _check_open(self, what):
+        if self._closed:
+            from .errors import Finalized
+            raise Finalized(f"{what}() of a closed world", rank=self.rank, host=self.host)
+        if self._tracker is None:
+            self._tracker = Tracker(self._ctx, self.hosts)
+        return self._tracker
+
+    def stats(self, per_peer=False):
+        """What this rank's transfers did, from the native counters (collectives/counters.py):
+        {"latency": {transport: {op: {ops, bytes, errors, timeouts, p50_us, p90_us, p99_us,
+        max_us, mean_us}}}, "bandwidth": {transport: {op: bytes/s since the previous call}},
+        "interval_s", "peers": [{peer, host, state, health, transport, events, ...}]}; with
+        per_peer=True each peer also gets its own "latency" (and collectives of the group,
+        "group"). README.md, "Stats", says what each field means."""
+        out = self._check_open("stats")(per_peer)
+        out.update(rank=self.rank, host=self.host, size=self.size)
+        return out
+
+    def counters(self):
+        """The native counters as they are: (entries, links), lists of dicts, each entry
+        with its sparse latency histogram ("buckets": (index, count) pairs of
+        _native.hist_bounds()); what stats() summarizes and the metrics endpoint exports."""
+        return self._check_open("counters").raw()
+
+
 def status_of(exc):
     """The native status a failed collective is counted with (errors; Timeout also as a
     timeout)."""

@@ -31,7 +31,7 @@ def _env_timeout():
     return float(os.environ.get("POOLTENSOR_TIMEOUT", "60"))
 
 
-class World(LocalMemory):
+class World(counters.Counted, LocalMemory):
     """The ranks of one job. Made by collectives.init(); do not build one directly."""
 
     def __init__(self, boot, timeout=None):
@@ -57,7 +57,7 @@ class World(LocalMemory):
         recs = [msgpack.unpackb(b) for b in self._allgather_bytes(msgpack.packb(me), "world")]
         self.hosts = [r["host"] for r in recs]
         self.host = self.hosts[self.rank]
-        self._counters = counters.Tracker(self._ctx, self.hosts)
+        self._tracker = counters.Tracker(self._ctx, self.hosts)   # (bandwidth: since now)
         # the topology (which ranks count as one host for hierarchical algorithms) may be
         # overridden by POOLTENSOR_HOST; reachability over shared memory is the real machine's
         topo = [r["topo"] for r in recs]
@@ -371,27 +371,6 @@ class World(LocalMemory):
         finally:
             with self._lock:
                 self._coll_pending -= 1
-
-    def stats(self, per_peer=False):
-        """What this rank's transfers did, from the native counters (collectives/counters.py):
-        {"latency": {transport: {op: {ops, bytes, errors, timeouts, p50_us, p90_us, p99_us,
-        max_us, mean_us}}}, "bandwidth": {transport: {op: bytes/s since the previous call}},
-        "interval_s", "peers": [{peer, host, state, health, transport, events, ...}]}; with
-        per_peer=True each peer also gets its own "latency" (and collectives of the group,
-        "group"). README.md, "Stats", says what each field means."""
-        if self._closed:
-            raise Finalized("stats() of a closed world", rank=self.rank, host=self.host)
-        out = self._counters(per_peer)
-        out.update(rank=self.rank, host=self.host, size=self.size)
-        return out
-
-    def counters(self):
-        """The native counters as they are: (entries, links), lists of dicts, each entry
-        with its sparse latency histogram ("buckets": (index, count) pairs of
-        _native.hist_bounds()); what stats() summarizes and the metrics endpoint exports."""
-        if self._closed:
-            raise Finalized("counters() of a closed world", rank=self.rank, host=self.host)
-        return self._counters.raw()
 
     def describe(self):
         """Ranks, hosts and the transport to each peer, as a dict."""
