@@ -240,7 +240,24 @@ out:
     return res;
 }
 
+static PyObject *mod_transports(PyObject *m, PyObject *unused)
+{
+    PyObject *out = PyList_New(0);
+    for (int i = 1; out && i < PT_STAT_NTRANSPORTS; i++) {
+        const char *name = pt_stat_transport_name(i);
+        PyObject *s = name ? PyUnicode_FromString(name) : NULL;
+        if (name && (!s || PyList_Append(out, s) < 0)) {
+            Py_XDECREF(s);
+            Py_CLEAR(out);
+        }
+        Py_XDECREF(s);
+    }
+    return out;
+}
+
 static PyMethodDef stats_functions[] = {
+    {"transports", mod_transports, METH_NOARGS,
+     "transports() -> [name]: the transports this build has, by id (shm, tcp, ...)."},
     {"stats_enable", mod_stats_enable, METH_VARARGS,
      "stats_enable([on]) -> bool: switch the native counters on or off (process-wide); "
      "returns the previous setting (no argument: only returns it)."},

@@ -59,6 +59,8 @@ def families(member, entries, links, usage=None, server=None):
                                  "succeeded", labels=L)
     errs = CounterMetricFamily("pooltensor_errors", "operations that failed", labels=L)
     touts = CounterMetricFamily("pooltensor_timeouts", "operations that timed out", labels=L)
+    slowest = GaugeMetricFamily("pooltensor_op_latency_max_seconds", "the slowest operation "
+                                "that succeeded", labels=L)
     for e in entries:
         lab = [member, "group" if e["peer"] < 0 else str(e["peer"]), e["transport"] or "?",
                e["op"]]
@@ -67,7 +69,8 @@ def families(member, entries, links, usage=None, server=None):
         nbytes.add_metric(lab, e["bytes"])
         errs.add_metric(lab, e["errors"])
         touts.add_metric(lab, e["timeouts"])
-    yield from (lat, ops, nbytes, errs, touts)
+        slowest.add_metric(lab, e["max_ns"] / 1e9)
+    yield from (lat, ops, nbytes, errs, touts, slowest)
     events = CounterMetricFamily("pooltensor_link_events", "events of the link to a peer "
                                  "(connects, reconnects, retries, timeouts, errors, lost)",
                                  labels=["member", "peer", "event"])

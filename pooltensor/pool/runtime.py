@@ -5,6 +5,7 @@ or the launcher; a plain script, alone or with member processes it starts), is d
 per process, apart from what a Pool is.
 """
 import atexit
+import logging
 import math
 import operator
 import os
@@ -18,6 +19,7 @@ from . import client, mapping, spawn
 from . import placement as _placement
 from .pool import DEFAULT_SLAB, Pool, check_slab_size
 
+_log = logging.getLogger("pooltensor")
 _pool = None
 _made = {}               # what the pool was made with: argument -> value (resolved)
 _init_lock = threading.Lock()
@@ -150,6 +152,8 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     pooltensor.pool.metrics.
     """
     global _pool, _made
+    from collectives import log
+    log.configure()
     with _init_lock:
         given = _check_args(members, slab_size, cache_bytes, placement, memory,
                             materialize_limit, advanced_limit, timeout, attach)
@@ -201,6 +205,8 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
                 pool.exclusive = False      # ... so they write next to this process
         _pool = pool
         _made = _made_with(pool, given)
+        _log.debug("pool made: %s, member %d of %d, slab %d B, transports %s", pool.role,
+                   pool.me, pool.size, pool.slab_size, list(pool.world.transports))
         try:
             _start_metrics(pool, metrics)
         except BaseException:
