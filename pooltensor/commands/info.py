@@ -50,13 +50,14 @@ def _secret():
 
 def gather():
     """Everything ``info`` reports, as a dict."""
+    import importlib.metadata
+
     import numpy
-    import pooltensor
     from collectives import _native
     from collectives.native import native_info
     shmem = _thp("shmem_enabled")
     return {
-        "version": pooltensor.__version__,
+        "version": importlib.metadata.version("pooltensor"),
         "python": platform.python_version(), "numpy": numpy.__version__,
         "system": f"{platform.system()} {platform.release()} {platform.machine()}",
         "cpus": os.cpu_count(),
