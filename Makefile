@@ -79,6 +79,7 @@ $(BENCH_STAMP): $(STAMP)
 	    echo "make bench: $(TORCH) could not be installed: bench/collectives.py runs without gloo"; fi
 
 bench: $(BENCH_STAMP)
+	$(BIN)/python -m collectives.launch -n 2 bench/stats.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/rma.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/collectives.py
 	$(BIN)/python bench/pool.py
