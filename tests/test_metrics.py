@@ -122,3 +122,29 @@ def test_memory_server_endpoint(tmp_path):
             pt.finalize()
     finally:
         assert srv.stop() == 0
+
+
+def test_native_buckets_fold_into_prometheus_buckets():
+    """Values recorded through the native API land under the right `le`: the first bound at
+    or above their native bucket's top (never below the value itself)."""
+    from collectives import _native
+    from pooltensor.pool import metrics
+    ctx = _native.Context(0, 2, 1)
+    try:
+        values = [150e-9] * 3 + [1.5e-6] * 4 + [3e-4] * 2 + [7.0] + [500.0]
+        for v in values:
+            ctx.stats_record(1, "tcp", "put", 8, 0, v)
+        entry = ctx.stats()[0][0]
+        cum = dict(metrics.histogram_buckets(entry))
+        assert cum["2e-07"] == 3 and cum["1e-07"] == 0
+        assert cum["1e-06"] == 3 and cum["2e-06"] == 7
+        assert cum["0.0002"] == 7 and cum["0.0005"] == 9
+        assert cum["5.0"] == 9 and cum["10.0"] == 10
+        assert cum["100.0"] == 10 and cum["+Inf"] == 11
+        fams = {f.name: f for f in metrics.families("0", [entry], [])}
+        h = fams["pooltensor_op_latency_seconds"]
+        s = {x.name: x.value for x in h.samples if not x.name.endswith("_bucket")}
+        assert s["pooltensor_op_latency_seconds_count"] == 11
+        assert s["pooltensor_op_latency_seconds_sum"] == pytest.approx(sum(values), rel=1e-6)
+    finally:
+        ctx.close()
