@@ -4,7 +4,7 @@
  *
  * Why per-thread: an 8-byte get over shared memory takes well under a microsecond, so its
  * counters must cost a few nanoseconds and no cache line may bounce between threads. Each
- * thread that counts gets a shard of its own (found through a small thread-local cache, made
+ * thread that counts gets a shard of its own (found by its thread id in a small table, made
  * under the lock the first time), and writes its counters with plain relaxed loads and stores:
  * no lock, no read-modify-write. A snapshot sums the shards under the lock, which only guards
  * the list of shards. Cells (one histogram and its counters) are made the first time a thread
@@ -37,10 +37,16 @@ typedef struct {
     _Atomic uint64_t last_time_ns;        /* CLOCK_REALTIME */
 } link_t;
 
+#define PT_STAT_SLOTS 64                 /* threads found without the lock (a power of 2) */
+#define PT_STAT_PROBES 4
+
 struct pt_stats {
+    struct {
+        _Atomic uintptr_t owner;          /* a thread id, 0: free */
+        _Atomic(shard_t *) shard;
+    } slots[PT_STAT_SLOTS];
     _Atomic int refs;
     int size;
-    uint64_t id;                          /* never reused: the thread-local caches' key */
     pthread_mutex_t lock;                 /* guards the list of shards */
     shard_t *shards;
     link_t *links;                        /* [size] */
@@ -74,9 +80,7 @@ static void pair(uint64_t *ns, uint64_t *ticks)
 {
     for (int i = 0; i < 100; i++) {
         uint64_t a = pt__stats_clock();
-        pt__stats_tsc = 1;
-        uint64_t t = pt__stats_ticks();
-        pt__stats_tsc = 0;
+        uint64_t t = pt__stats_counter();
         uint64_t b = pt__stats_clock();
         *ns = a + (b - a) / 2;
         *ticks = t;
@@ -100,7 +104,6 @@ static void clock_init(void)
     pt__stats_ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
     pt__stats_tsc = 1;
 }
-static _Atomic uint64_t next_id = 1;
 
 static const char *const op_names[PT_STAT_NOPS] = {
     "get", "put", "atomic", "notify", "put_notify", "put_indexed", "barrier", "allreduce",
@@ -156,7 +159,6 @@ pt_status_t pt__stats_create(int size, pt_stats_t **out)
         return PT_ERR_NOMEM;
     }
     s->size = size;
-    s->id = atomic_fetch_add(&next_id, 1);
     atomic_store(&s->refs, 1);
     pthread_mutex_init(&s->lock, NULL);
     *out = s;
@@ -185,45 +187,51 @@ void pt__stats_unref(pt_stats_t *s)
     free(s);
 }
 
-/* This thread's shard of s: a thread-local cache of the last few, else found or made. */
-#if defined(__GNUC__)
-#define TLS_FAST __attribute__((tls_model("initial-exec")))  /* no __tls_get_addr call */
-#else
-#define TLS_FAST
-#endif
-static _Thread_local TLS_FAST struct {
-    uint64_t id;
-    shard_t *shard;
-} tl_cache[4];
-static _Thread_local TLS_FAST unsigned tl_next;
+/* This thread's shard of s. Found without thread-local storage (an extension module's TLS
+ * goes through __tls_get_addr, which costs more here than all the counting; the initial-exec
+ * model would take glibc's small static TLS reserve that other extensions may need): the
+ * thread's id (pthread_self, an address) hashed into a small open-addressed table of s, read
+ * without a lock; a thread not placed there is found under the lock. A thread id is reused
+ * only once its thread is gone, so the new thread may take the old one's shard. */
+static inline unsigned slot_hash(uintptr_t me)
+{
+    return (unsigned)((me >> 12) ^ (me >> 21)) & (PT_STAT_SLOTS - 1);
+}
 
 static shard_t *shard_of(pt_stats_t *s)
 {
-    for (int i = 0; i < 4; i++)
-        if (tl_cache[i].id == s->id)
-            return tl_cache[i].shard;
-    pthread_t me = pthread_self();
+    uintptr_t me = (uintptr_t)pthread_self();
+    unsigned h = slot_hash(me);
+    for (unsigned i = 0; i < PT_STAT_PROBES; i++) {
+        unsigned j = (h + i) & (PT_STAT_SLOTS - 1);
+        if (atomic_load_explicit(&s->slots[j].owner, memory_order_acquire) == me)
+            return atomic_load_explicit(&s->slots[j].shard, memory_order_relaxed);
+    }
+    pthread_t self = pthread_self();
     pthread_mutex_lock(&s->lock);
     shard_t *sh = s->shards;
-    while (sh && !pthread_equal(sh->owner, me))
-        sh = sh->next;  /* (a thread id is reused only once its thread is gone: safe to share) */
+    while (sh && !pthread_equal(sh->owner, self))
+        sh = sh->next;
     if (!sh && (sh = calloc(1, sizeof(*sh)))) {
         sh->peers = calloc((size_t)s->size + 1, sizeof(*sh->peers));
         if (!sh->peers) {
             free(sh);
             sh = NULL;
         } else {
-            sh->owner = me;
+            sh->owner = self;
             sh->next = s->shards;
             s->shards = sh;
         }
     }
-    pthread_mutex_unlock(&s->lock);
-    if (sh) {
-        unsigned i = tl_next++ & 3;
-        tl_cache[i].id = s->id;
-        tl_cache[i].shard = sh;
+    for (unsigned i = 0; sh && i < PT_STAT_PROBES; i++) {
+        unsigned j = (h + i) & (PT_STAT_SLOTS - 1);
+        if (atomic_load(&s->slots[j].owner) == 0) {   /* a free place: publish shard, then id */
+            atomic_store_explicit(&s->slots[j].shard, sh, memory_order_relaxed);
+            atomic_store_explicit(&s->slots[j].owner, me, memory_order_release);
+            break;
+        }
     }
+    pthread_mutex_unlock(&s->lock);
     return sh;
 }
 

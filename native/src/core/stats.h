@@ -36,18 +36,23 @@ static inline uint64_t pt__stats_clock(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The CPU's counter itself (where there is one; else the clock). */
+static inline uint64_t pt__stats_counter(void)
+{
+#if defined(__x86_64__)
+    return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+    uint64_t v;
+    __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+#else
+    return pt__stats_clock();
+#endif
+}
+
 static inline uint64_t pt__stats_ticks(void)
 {
-    if (pt__stats_tsc) {
-#if defined(__x86_64__)
-        return __builtin_ia32_rdtsc();
-#elif defined(__aarch64__)
-        uint64_t v;
-        __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
-        return v;
-#endif
-    }
-    return pt__stats_clock();
+    return pt__stats_tsc ? pt__stats_counter() : pt__stats_clock();
 }
 
 /* The start of a timed operation, in ticks: 0 when counting is off (then nothing is
