@@ -234,3 +234,25 @@ def test_a_stopped_server_shows_in_the_latency_for_as_long_as_it_was_stopped():
         os.kill(p.pid, signal.SIGCONT)
         p.stdin.close()
         p.wait(10)
+
+
+def test_many_threads_count_exactly():
+    """Each thread counts in its own cells; 80 threads (more than the table that finds a
+    thread's cells without the lock) lose no count."""
+    ctx = _native.Context(0, 1, 1)
+    seg, key = _segment(ctx)
+    try:
+        def work():
+            out = bytearray(16)
+            for _ in range(50):
+                ctx.get(0, key, 0, out)
+        threads = [threading.Thread(target=work) for _ in range(80)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        x = one(ctx, op="get")
+        assert (x["ops"], x["count"], x["bytes"]) == (4000, 4000, 4000 * 16)
+        assert sum(n for _, n in x["buckets"]) == 4000
+    finally:
+        ctx.close()
