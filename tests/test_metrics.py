@@ -118,6 +118,21 @@ def test_memory_server_endpoint(tmp_path):
             req = samples(fams["pooltensor_server_tcp_requests"],
                           "pooltensor_server_tcp_requests_total")[0].value
             assert req > 0
+            # the command reads the same endpoint
+            import json
+            import subprocess
+            import sys
+            p = subprocess.run([sys.executable, "-m", "pooltensor", "stats",
+                                f"127.0.0.1:{mport}", "--json"], capture_output=True,
+                               text=True, timeout=60)
+            assert p.returncode == 0, p.stderr
+            srv_stats = json.loads(p.stdout)["server"]
+            assert srv_stats["clients"] == 1 and srv_stats["memory_bytes"] == 64 << 20
+            assert srv_stats["tcp_requests_total"] == req
+            t = subprocess.run([sys.executable, "-m", "pooltensor", "stats",
+                                f"127.0.0.1:{mport}"], capture_output=True, text=True,
+                               timeout=60)
+            assert "server: 64.0 MiB lent" in t.stdout and "1 client(s)" in t.stdout
         finally:
             pt.finalize()
     finally:
