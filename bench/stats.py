@@ -25,7 +25,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 sys.path.insert(0, HERE)
 import common  # noqa: E402
-from common import say  # noqa: E402
 
 sys.path.remove(HERE)
 sys.path.append(os.path.dirname(HERE))
