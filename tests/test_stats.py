@@ -214,18 +214,18 @@ def test_a_stopped_server_shows_in_the_latency_for_as_long_as_it_was_stopped():
             cli.get(1, key, 0, out)
         os.kill(p.pid, signal.SIGSTOP)
         resumed = []
-        timer = threading.Timer(0.4, lambda: (os.kill(p.pid, signal.SIGCONT),
-                                              resumed.append(time.perf_counter())))
-        t0 = time.perf_counter()
+        timer = threading.Timer(0.4, lambda: (resumed.append(time.perf_counter()),
+                                              os.kill(p.pid, signal.SIGCONT)))
         timer.start()
+        t0 = time.perf_counter()
         cli.get(1, key, 0, out)
         t1 = time.perf_counter()
         timer.join()
         x = one(cli, op="get")
         assert x["count"] == 21
-        held = resumed[0] - t0             # at least this long the get could not be served
-        assert held >= 0.4
-        assert held * 0.99 <= x["max_ns"] / 1e9 <= (t1 - t0)
+        held = resumed[0] - t0     # the get could not end before the server was let go on
+        assert held >= 0.3
+        assert held - 1e-3 <= x["max_ns"] / 1e9 <= (t1 - t0)
         p99 = percentiles(x, [0.99])[0] / 1e9
         assert p99 == pytest.approx(x["max_ns"] / 1e9, rel=1 / 64)
         assert percentiles(x, [0.5])[0] / 1e9 < 0.05     # the other 20 were quick
