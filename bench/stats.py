@@ -11,13 +11,19 @@ bare `Context.get` of the binding (less Python around it, so a stricter ratio). 
 times (P50/P99) and the mean of an untimed loop come from common.latencies(), in blocks whose
 order rotates, so machine load hits on and off alike; the ratio on/off is what to read.
 A cold pass (the first calls after the window is made, counters on: the first count of a
-(peer, operation) allocates its histogram) is reported apart. Writes DIR/stats[-quick].json,
-.txt and .png.
+(peer, operation) allocates its histogram) is reported apart. Last, with nothing around the
+counting: bench/stats_native.c, built here with cc against native/'s sources, times pt_get of
+8 bytes from its own segment in C (the shortest path there is; skipped without a compiler).
+Writes DIR/stats[-quick].json, .txt and .png.
 """
 import argparse
 import contextlib
+import glob
 import os
+import platform
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -67,6 +73,30 @@ def measure(a, win, ctx, key):
     return common.summarize_ns(sorted(cold)), lat
 
 
+def native_cost(quick):
+    """(off ns, on ns) of bench/stats_native.c, or None without a C compiler."""
+    root = os.path.dirname(HERE)
+    profile = "linux" if sys.platform.startswith("linux") else "posix"
+    srcs = [p for p in sorted(glob.glob(os.path.join(root, "native/src/**/*.c"), recursive=True))
+            if not p.endswith(("platform/linux.c", "platform/posix.c"))]
+    srcs.append(os.path.join(root, f"native/src/platform/{profile}.c"))
+    exe = os.path.join(tempfile.mkdtemp(prefix="pooltensor-bench-"), "stats_native")
+    flags = ["-std=gnu11", "-O3", f"-DPT_PLATFORM_{profile.upper()}=1",
+             "-I" + os.path.join(root, "native/include"), "-I" + os.path.join(root, "native/src")]
+    if platform.machine() in ("x86_64", "AMD64"):
+        flags.append("-DPT_X86=1")
+    try:
+        subprocess.run([os.environ.get("CC", "cc"), *flags, "-o", exe,
+                        os.path.join(HERE, "stats_native.c"), *srcs, "-lpthread"],
+                       check=True, timeout=300, capture_output=True)
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return None
+    out = subprocess.run([exe, "200000" if quick else "1000000", "20"], capture_output=True,
+                         text=True, timeout=600)
+    off, on = map(float, out.stdout.split())
+    return off, on
+
+
 def main():
     a = parse()
     common.VERBOSE = a.verbose
@@ -92,6 +122,13 @@ def main():
                 rows.append([f"{path} {state}", r["p50"], r["p99"], r["loop_mean"]])
             rows.append([f"{path} on/off", ratios[path]["p50"], ratios[path]["p99"],
                          ratios[path]["loop_mean"]])
+        native = native_cost(a.quick)
+        if native is not None:
+            rows.append(["C pt_get (own segment) on", native[1], "", ""])
+            rows.append(["C pt_get (own segment) off", native[0], "", ""])
+            rows.append(["C pt_get on/off", native[1] / native[0], "", ""])
+            ratios["C pt_get"] = {"best_batch": native[1] / native[0],
+                                  "added_ns": native[1] - native[0]}
         text = ("8-byte get, rank 0 -> rank 1 (shared memory), counters on and off\n" +
                 common.format_table(["", "P50 ns", "P99 ns", "loop mean ns"], rows) +
                 f"\n\ncold (first 100 calls, counters on): P50 {cold['p50']:.0f} ns, "
