@@ -21,7 +21,7 @@
 #define NCELLS (NTR * PT_STAT_NOPS)
 
 typedef struct {
-    _Atomic uint64_t ops, bytes, errors, timeouts, count, sum_ns, min_ns, max_ns;
+    _Atomic uint64_t ops, bytes, errors, timeouts, sum_ns, min_ns, max_ns;
     _Atomic uint64_t buckets[PT_HIST_BUCKETS];
 } cell_t;
 
@@ -303,14 +303,14 @@ void pt__stats_add(pt_stats_t *s, int rank, int transport, int op, uint64_t byte
         return;
     }
     bump(&c->bytes, bytes);
-    uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
-    if (n == 0 || ns < atomic_load_explicit(&c->min_ns, memory_order_relaxed))
+    /* (no count: the snapshot adds the buckets up; min 0 means none yet) */
+    uint64_t lo = atomic_load_explicit(&c->min_ns, memory_order_relaxed);
+    if (lo == 0 || ns < lo)
         atomic_store_explicit(&c->min_ns, ns, memory_order_relaxed);
     if (ns > atomic_load_explicit(&c->max_ns, memory_order_relaxed))
         atomic_store_explicit(&c->max_ns, ns, memory_order_relaxed);
     bump(&c->sum_ns, ns);
     bump(&c->buckets[pt_hist_bucket(ns)], 1);
-    atomic_store_explicit(&c->count, n + 1, memory_order_relaxed);
 }
 
 void pt__stats_op(pt_stats_t *s, int rank, int transport, int op, uint64_t bytes,
@@ -437,7 +437,10 @@ static void cell_into(const cell_t *c, pt_stat_entry_t *e)
     e->bytes += atomic_load_explicit(&c->bytes, memory_order_relaxed);
     e->errors += atomic_load_explicit(&c->errors, memory_order_relaxed);
     e->timeouts += atomic_load_explicit(&c->timeouts, memory_order_relaxed);
-    uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+    /* the count is the sum of the buckets read, so percentiles add up even mid-write */
+    uint64_t n = 0;
+    for (int i = 0; i < PT_HIST_BUCKETS; i++)
+        n += atomic_load_explicit(&c->buckets[i], memory_order_relaxed);
     if (n == 0)
         return;
     uint64_t lo = atomic_load_explicit(&c->min_ns, memory_order_relaxed);
@@ -447,7 +450,6 @@ static void cell_into(const cell_t *c, pt_stat_entry_t *e)
     if (hi > e->hist.max_ns)
         e->hist.max_ns = hi;
     e->hist.sum_ns += atomic_load_explicit(&c->sum_ns, memory_order_relaxed);
-    /* the count is the sum of the buckets read, so percentiles add up even mid-write */
     for (int i = 0; i < PT_HIST_BUCKETS; i++) {
         uint64_t b = atomic_load_explicit(&c->buckets[i], memory_order_relaxed);
         e->hist.buckets[i] += b;
