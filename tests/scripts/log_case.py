@@ -24,6 +24,7 @@ if w.rank == 0:
         pass
     finally:
         os.kill(w.pids[1], signal.SIGCONT)
+        w._ctx.set_timeout(w.timeout)       # the rest of the job at the usual timeout
     time.sleep(1.5)          # the link watcher's next look (once a second)
 w.barrier()
 win.close()
