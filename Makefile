@@ -19,7 +19,8 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python $(SOURCES) $(wildcard collectives/*.py collectives/*/*.py pooltensor/*.py pooltensor/*/*.py)
 	$(BIN)/pip install -q "numpy>=1.24" "msgpack>=1.0" "cloudpickle>=2.0" "mpi4py>=4.0" $(MPI) \
-	    "dask[array]" distributed dask-mpi pytest pytest-timeout hypothesis matplotlib jax ml_dtypes "setuptools>=77" wheel
+	    "dask[array]" distributed dask-mpi pytest pytest-timeout hypothesis matplotlib jax ml_dtypes \
+	    "setuptools>=77" wheel prometheus_client rich tqdm
 	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -43,7 +44,8 @@ test: $(STAMP)
 # 4-rank runs and mpiexec's 1- and 4-rank ones, JAX, the mismatch checks (Python above the
 # native layer), and the collectives and secret-file runs over tcp, to keep CI within budget.
 POSIX_PKG   := build/posix/pkg
-POSIX_TESTS := test_native_posix.py test_windows.py test_collectives.py test_pool.py test_tcp.py
+POSIX_TESTS := test_native_posix.py test_windows.py test_collectives.py test_pool.py test_tcp.py \
+               test_stats.py
 POSIX_SKIP  := not launch-1 and not launch-3 and not launch-4 and not mpiexec-1 and \
                not mpiexec-4 and not jax and not mismatch and not dtype_aliases and \
                not zero_dim and not collectives_over_tcp and not secret_file_and_listen
@@ -78,6 +80,7 @@ $(BENCH_STAMP): $(STAMP)
 	    echo "make bench: $(TORCH) could not be installed: bench/collectives.py runs without gloo"; fi
 
 bench: $(BENCH_STAMP)
+	$(BIN)/python -m collectives.launch -n 2 bench/stats.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/rma.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/collectives.py
 	$(BIN)/python bench/pool.py

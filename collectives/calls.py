@@ -168,6 +168,8 @@ class Calls:
             err = self._heard(m)      # failed because a peer gave the call up
         else:
             err = self._give_up(e, told=m is not None)
+        from .log import logger
+        logger.debug("%s given up: %s", self.name(), err)
         self._new_epoch()
         err._given_up = True
         return err

@@ -8,10 +8,11 @@ when a rank cannot finish it, given up on every rank (collectives/calls.py).
 """
 import concurrent.futures
 import threading
+import time
 
 import numpy as np
 
-from . import algorithms
+from . import algorithms, counters
 from .algorithms import shm
 from .calls import KINDS
 from .dtypes import ReduceOp, dtype_code, is_floating, reduce_op
@@ -43,12 +44,26 @@ def _call(w, kind, fn, *args, timeout=None):
     rank when it fails on one (collectives/calls.py)."""
     calls = w._calls
     calls.begin(KINDS[kind], timeout)
+    t0 = time.perf_counter()
     try:
         res = fn(*args)
     except BaseException as e:
+        _count(w, kind, args, t0, e)
         _failed(calls, e)
     calls.end()
+    _count(w, kind, args, t0, None)
     return res
+
+
+def _count(w, kind, args, t0, exc):
+    """Count the whole call as the caller saw it (the "world" transport of the native
+    counters: one native call per collective; its transfers are counted natively as well)."""
+    nbytes = getattr(args[1], "nbytes", 0) if len(args) > 1 else 0
+    try:
+        w._ctx.stats_record(-1, "world", kind, int(nbytes), counters.status_of(exc),
+                            time.perf_counter() - t0)
+    except ValueError:           # the context closed under us (finalize in another thread)
+        pass
 
 
 def _failed(calls, e):

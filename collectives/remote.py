@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 
-from . import _native
+from . import _native, counters
 from . import control as _ctl
 from .errors import BootstrapError, PeerLost, PooltensorError
 from .rendezvous.bootstrap import parse_address
@@ -121,7 +121,7 @@ def load_secret(secret_file=None):
     return _ctl.read_secret(path)
 
 
-class RemoteWorld(LocalMemory):
+class RemoteWorld(counters.Counted, LocalMemory):
     """This process (rank 0) and memory servers (ranks 1..k); made by connect()."""
 
     how = "connect"
@@ -136,6 +136,7 @@ class RemoteWorld(LocalMemory):
         self.host = os.environ.get("POOLTENSOR_HOST") or socket.gethostname()
         self.hosts = [self.host] + [s.address for s in servers]
         self.transports = ["self"] + ["tcp"] * len(servers)
+        self._tracker = counters.Tracker(ctx, self.hosts)   # (bandwidth: since now)
         self._segments = {}
         self._exposed = {}                    # id(buffer) -> (buffer, server ids per rank)
         self._closed = False

@@ -16,6 +16,9 @@ def raise_native(err, rank=None, host=None, offset=None, length=None, what="acce
     kw = dict(rank=rank, host=host, offset=offset, length=length)
     if status in (_native.ERR_KEY, _native.ERR_BOUNDS, _native.ERR_MODE, _native.ERR_ALIGN):
         raise RemoteAccessError(f"{what} refused at the target: {text}", **kw) from None
+    if status in (_native.ERR_PEER_LOST, _native.ERR_TIMEOUT):
+        from .log import logger
+        logger.debug("%s of rank %s (%s) at offset %s: %s", what, rank, host, offset, text)
     if status == _native.ERR_PEER_LOST:
         raise PeerLost(f"{what} failed: {text}", **kw) from None
     if status == _native.ERR_TIMEOUT:

@@ -15,7 +15,9 @@ import time
 
 import msgpack
 
-from . import _native, transport
+from . import _native, counters, transport
+from .log import logger as _log
+from . import log as _logging
 from .calls import Calls, board_bytes
 from .errors import Finalized, PeerLost, Timeout, TransportError
 from .rendezvous import store as _store
@@ -31,7 +33,7 @@ def _env_timeout():
     return float(os.environ.get("POOLTENSOR_TIMEOUT", "60"))
 
 
-class World(LocalMemory):
+class World(counters.Counted, LocalMemory):
     """The ranks of one job. Made by collectives.init(); do not build one directly."""
 
     def __init__(self, boot, timeout=None):
@@ -57,12 +59,16 @@ class World(LocalMemory):
         recs = [msgpack.unpackb(b) for b in self._allgather_bytes(msgpack.packb(me), "world")]
         self.hosts = [r["host"] for r in recs]
         self.host = self.hosts[self.rank]
+        self._tracker = counters.Tracker(self._ctx, self.hosts)   # (bandwidth: since now)
         # the topology (which ranks count as one host for hierarchical algorithms) may be
         # overridden by POOLTENSOR_HOST; reachability over shared memory is the real machine's
         topo = [r["topo"] for r in recs]
         ident = [r["machine"] for r in recs]
         self.pids = [r["pid"] for r in recs]
         self.transports = transport.choose(ident, self.rank)
+        _logging.set_where(self.rank, self.host)
+        _log.debug("joined a world of %d (%s); transports to each rank: %s", self.size,
+                   self.how, " ".join(f"{r}:{t}" for r, t in enumerate(self.transports)))
         # a host, for the algorithms, is the ranks of one topology host that share memory:
         # with POOLTENSOR_TRANSPORT=tcp every rank is a host of its own
         self.local_ranks = [r for r in range(self.size) if topo[r] == topo[self.rank]
@@ -102,6 +108,8 @@ class World(LocalMemory):
         self._calls = Calls(self, Window(self, board, "rw", [r["board"] for r in recs],
                                          [board_len] * self.size, ["rw"] * self.size, board))
         self.barrier()
+        self._watch_stop = None
+        self._watcher = _logging.watch_links(self)
 
     # -- collective helpers over the rendezvous store --------------------------------------
     def _next_tag(self, what):
@@ -166,7 +174,10 @@ class World(LocalMemory):
         """Collective: listen, publish host:port, connect to every tcp peer (and check it)."""
         eps = self._listen(all(m == ident[self.rank] for m in ident))
         peers = [r for r in range(self.size) if self.transports[r] == "tcp"]
+        _log.debug("tcp listener at %s:%s", *eps[self.rank])
         for r in peers:
+            _log.debug("connecting to rank %d (%s) over tcp at %s:%s", r, self.hosts[r],
+                       *eps[r])
             self._ctx.connect_tcp(r, eps[r][0], int(eps[r][1]))
         for r in peers:
             try:
@@ -392,6 +403,9 @@ class World(LocalMemory):
         self._closing = True
         if self._coll_exec is not None:
             self._coll_exec.shutdown(wait=True)
+        if self._watch_stop is not None:      # (it reads the native context: stop it first)
+            self._watch_stop.set()
+            self._watcher.join()
         self._closed = True
         if not _failed:
             # a rank leaving on an uncaught exception skips this: its barrier would pair with
@@ -454,6 +468,7 @@ def init(timeout=None):
     global _world, _finalized
     with _world_lock:
         _finalized = False
+        _logging.configure()
         if _world is None or _world._closed:
             _world = World(bootstrap(timeout), timeout)
             import atexit

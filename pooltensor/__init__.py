@@ -70,10 +70,19 @@ def _to_dask(self, chunk_bytes=None):
 ndarray.to_dask = _to_dask
 
 
-def stats():
-    """The pool's usage per member, fragmentation, cache counters and replicas (lost members,
-    under-replicated slabs, restore progress; see Pool.stats)."""
-    return current().stats()
+def stats(per_peer=False, plot=None):
+    """The pool at a glance, as a dict: usage and share of each member, fragmentation, the
+    cache's hit rate and prefetch accuracy, the replicas (lost members, under-replicated
+    slabs, restore progress), and the transfers' latency percentiles per
+    transport and operation, bandwidth over the last interval and each peer's health (with
+    per_peer=True, latency per peer too). README.md, "Stats", describes every field.
+    plot: a path; the pool is also drawn there as a PNG (members' usage, latency
+    histograms; matplotlib)."""
+    s = current().stats(per_peer=per_peer)
+    if plot is not None:
+        from . import report
+        report.plot_stats(s, current().world.counters()[0], plot)
+    return s
 
 
 def lost():

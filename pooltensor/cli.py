@@ -1,7 +1,13 @@
 """The ``pooltensor`` command (also ``python -m pooltensor``).
 
     pooltensor serve --memory 8GiB [--listen 127.0.0.1:7000] [--secret-file F]
-                     [--data-port P] [--allow-code]
+                     [--data-port P] [--allow-code] [--metrics HOST:PORT]
+    pooltensor info [--json]
+    pooltensor stats HOST:PORT [--json] [--watch [--interval S] [--count N]] [--plot PATH]
+    pooltensor bench [NAME ...] [--quick] [--out DIR] [--list] [--json]
+
+This module only wires the parsers: serve is here, the others live in pooltensor/commands/
+(one module each, registering itself with add_parser).
 
 Unknown options and malformed values are errors (status 2), reported in one line.
 """
@@ -11,7 +17,8 @@ import sys
 
 def _parser():
     p = argparse.ArgumentParser(
-        prog="pooltensor", description="pooltensor: pooled memory for numpy and JAX arrays.")
+        prog="pooltensor", description="pooltensor: pooled memory for numpy and JAX arrays.",
+        epilog="pooltensor COMMAND --help tells more of each.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     s = sub.add_parser(
         "serve", help="contribute memory to the pools of processes that connect here",
@@ -33,6 +40,12 @@ def _parser():
                    help="also run code that authenticated clients send (pooltensor.map_blocks "
                         "functions); without it the server computes only numpy's operations "
                         "on the slabs it holds")
+    s.add_argument("--metrics", metavar="HOST:PORT",
+                   help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
+                        "every interface)")
+    from .commands import bench, info, stats
+    for command in (info, stats, bench):
+        command.add_parser(sub)
     return p
 
 
@@ -43,6 +56,8 @@ def main(argv=None):
     if args.command is None:
         p.print_help(sys.stderr)
         return 2
+    if hasattr(args, "run"):
+        return args.run(args)
     if args.command == "serve":
         from .pool.serve import parse_bytes, serve
         try:
@@ -55,7 +70,7 @@ def main(argv=None):
         try:
             from .ops.members import handle
             return serve(memory, args.listen, args.secret_file, args.data_port, handle,
-                         args.allow_code)
+                         args.allow_code, metrics=args.metrics)
         except (ValueError, OSError, PooltensorError) as e:    # bad --listen, port taken, ...
             print(f"pooltensor serve: {e}", file=sys.stderr)
             return 1

@@ -63,4 +63,10 @@ PyObject *pt_py_hmac_sha256(PyObject *m, PyObject *args);
 PyObject *pt_py_sha256(PyObject *m, PyObject *args);
 int pt_py_add_team(PyObject *module);
 
+/* stats_py.c: the native counters */
+PyObject *pt_py_stats(ContextObject *self, PyObject *unused);
+PyObject *pt_py_stats_record(ContextObject *self, PyObject *args);
+PyObject *pt_py_stats_count(ContextObject *self, PyObject *args);
+int pt_py_add_stats(PyObject *module);
+
 #endif

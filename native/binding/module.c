@@ -764,6 +764,12 @@ static PyMethodDef Context_methods[] = {
      "bytes_out, refused (turned away at accept) of this context's tcp server."},
     {"transport", (PyCFunction)pt_py_transport, METH_VARARGS,
      "transport(rank) -> 'shm', 'tcp' or 'none': how rank is reached."},
+    {"stats", (PyCFunction)pt_py_stats, METH_NOARGS,
+     "stats() -> (entries, links): the native counters (dicts; see stats_py.c)."},
+    {"stats_record", (PyCFunction)pt_py_stats_record, METH_VARARGS,
+     "stats_record(peer, transport, op, bytes, status, seconds): count one operation."},
+    {"stats_count", (PyCFunction)pt_py_stats_count, METH_VARARGS,
+     "stats_count(peer, event): count one link event (connects, retries, ...)."},
     {NULL}};
 
 PyTypeObject ContextType = {
@@ -818,7 +824,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Request", (PyObject *)&RequestType) < 0 ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) < 0 ||
         PyModule_AddStringConstant(m, "PLATFORM", pt_platform()) < 0 ||
-        pt_py_add_team(m) < 0 ||
+        pt_py_add_team(m) < 0 || pt_py_add_stats(m) < 0 ||
         pt_py_add_kernels(m) < 0) {
         Py_DECREF(m);
         return NULL;

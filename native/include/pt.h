@@ -225,6 +225,94 @@ pt_status_t pt_team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, cons
 pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
                               double timeout, int *who);
 
+/* ---- stats: what the data path did, counted in native code ----
+ *
+ * Every one-sided operation started through this header (get, put, atomics, notify,
+ * put_notify, put_indexed and their async forms) and every team collective is counted where it
+ * enters the core, whatever transport carries it: operations, bytes, errors, timeouts and a
+ * latency histogram, per (peer, transport, operation). Writers touch only counters of their own
+ * thread (no lock, no read-modify-write); pt_ctx_stats sums the threads. An async operation's
+ * latency runs from its start to the moment its caller sees it complete (pt_req_wait,
+ * pt_req_test) or releases it. Per peer the core also keeps link events (connects,
+ * reconnects, retries, timeouts, errors, losses: transports report theirs with
+ * pt_stats_count) and the last error.
+ *
+ * The histogram is log-linear (HDR-style): values below 64 ns have a bucket each, then every
+ * power of two is cut in 32 equal buckets, up to 2^38 ns (about 275 s; longer values land in
+ * the last bucket). A bucket spans at most 1/32 of its values (3.1%), so a percentile read at
+ * a bucket's middle is within 1.6% of the true value from 64 ns to 275 s. */
+
+typedef enum {
+    PT_STAT_OP_GET, PT_STAT_OP_PUT, PT_STAT_OP_ATOMIC, PT_STAT_OP_NOTIFY, PT_STAT_OP_PUT_NOTIFY,
+    PT_STAT_OP_PUT_INDEXED,
+    /* collectives: the team engine's, and those the layers above run and record themselves */
+    PT_STAT_OP_BARRIER, PT_STAT_OP_ALLREDUCE, PT_STAT_OP_ALLGATHER, PT_STAT_OP_REDUCE_SCATTER,
+    PT_STAT_OP_BROADCAST, PT_STAT_OP_REDUCE, PT_STAT_OP_GATHER, PT_STAT_OP_SCATTER,
+    PT_STAT_OP_ALLTOALL,
+    PT_STAT_NOPS
+} pt_stat_op_t;
+
+typedef enum {
+    PT_STAT_CONNECT, PT_STAT_RECONNECT, PT_STAT_RETRY, PT_STAT_TIMEOUT, PT_STAT_ERROR,
+    PT_STAT_LOST, PT_STAT_NEVENTS
+} pt_stat_event_t;
+
+/* Transport slots: 0 is "world" (a collective that spans transports, recorded from above);
+ * the others are the transports' ids (pt_ctx_transport). */
+#define PT_STAT_NTRANSPORTS 8
+#define PT_HIST_BUCKETS 1088
+
+typedef struct {
+    uint64_t count, sum_ns, min_ns, max_ns;
+    uint64_t buckets[PT_HIST_BUCKETS];
+} pt_hist_t;
+
+/* One (peer, transport, operation) that was used. rank -1: the group (collectives). */
+typedef struct {
+    int rank, transport, op;
+    uint64_t ops, bytes, errors, timeouts;
+    pt_hist_t hist;
+} pt_stat_entry_t;
+
+enum { PT_LINK_UNREACHED = 0, PT_LINK_UP = 1, PT_LINK_LOST = 2 };
+
+/* One peer's link: state (PT_LINK_*), the transport that reaches it (0: none yet), the events
+ * counted, and the last error (status, the operation, CLOCK_REALTIME seconds; 0 when none). */
+typedef struct {
+    int rank, state, transport;
+    uint64_t events[PT_STAT_NEVENTS];
+    int last_status, last_op;
+    double last_time;
+} pt_stat_link_t;
+
+const char *pt_stat_op_name(int op);
+const char *pt_stat_event_name(int ev);
+/* "world", "shm", "tcp", ... (the transport's own name); NULL for an unused slot. */
+const char *pt_stat_transport_name(int transport);
+/* Process-wide switch (default on; $POOLTENSOR_STATS=0 starts it off): off, the entry points
+ * read no clock and count nothing. Returns the previous setting. */
+int pt_stats_enable(int on);
+/* Count one operation from outside the entry points (a collective the layer above runs, a
+ * synthetic value in a test): as the core counts its own. */
+void pt_stats_record(pt_ctx_t *ctx, int rank, int transport, pt_stat_op_t op, uint64_t bytes,
+                     pt_status_t st, uint64_t ns);
+/* One link event of rank (a transport's reconnects and retries; rank -1: none in particular,
+ * ignored). Thread-safe, lock-free. */
+void pt_stats_count(pt_ctx_t *ctx, int rank, pt_stat_event_t ev);
+/* A snapshot: every (peer, transport, operation) used so far, and every peer's link. Arrays
+ * allocated with malloc; the caller frees both. */
+pt_status_t pt_ctx_stats(pt_ctx_t *ctx, pt_stat_entry_t **entries, size_t *n,
+                         pt_stat_link_t **links, size_t *nlinks);
+/* The bucket of a value, and the smallest and largest value (ns) in bucket i. */
+int pt_hist_bucket(uint64_t ns);
+uint64_t pt_hist_low(int i);
+uint64_t pt_hist_high(int i);
+/* Add ns to h (count, sum, min, max, bucket). */
+void pt_hist_add(pt_hist_t *h, uint64_t ns);
+/* The q-th quantile (0 <= q <= 1) in ns: the middle of the bucket that holds it, clamped to
+ * [min, max]; q = 1 is the max itself. 0 for an empty histogram. */
+double pt_hist_percentile(const pt_hist_t *h, double q);
+
 /* ---- kernels ---- */
 
 

@@ -23,7 +23,7 @@ import operator
 
 import numpy as np
 
-from ..cache import layout, transfer
+from ..cache import layout, progress, transfer
 from .array import _check_dtype, ndarray
 from ..pool import work
 from ..pool.runtime import current
@@ -99,14 +99,16 @@ def fill_here(x, fresh, values, skip_fresh=False, skip=None):
     only_own = pool.role in ("member", "server")
     if a.heap != "pv" and any(fresh):      # this process's fresh slabs, one call per run
         transfer.populate_range(pool, a, 0, a.nbytes, write=True, only=pool.me)
-    for k in range(len(a.members)):
-        m = a.members[k]
-        if (not _mine(pool, a, k) or (skip_fresh and fresh[k]) or (skip and m in skip) or
-                (only_own and m != pool.me)):
-            continue
-        e0, e1 = k * E, min(total, (k + 1) * E)
-        data = np.ascontiguousarray(values(e0, e1), x.dtype)
-        transfer.put_bytes(pool, a, k, 0, data.view(np.uint8))
+    with progress.for_bytes(0 if only_own else x.nbytes, "fill") as pb:
+        for k in range(len(a.members)):
+            m = a.members[k]
+            if (not _mine(pool, a, k) or (skip_fresh and fresh[k]) or (skip and m in skip) or
+                    (only_own and m != pool.me)):
+                continue
+            e0, e1 = k * E, min(total, (k + 1) * E)
+            data = np.ascontiguousarray(values(e0, e1), x.dtype)
+            transfer.put_bytes(pool, a, k, 0, data.view(np.uint8))
+            pb.update(data.nbytes)
     return x
 
 

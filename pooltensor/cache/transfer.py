@@ -26,7 +26,7 @@ import numpy as np
 
 from collectives.errors import PeerLost
 
-from . import prefetch
+from . import prefetch, progress
 from .fault import fetch
 from .populate import populate
 from .layout import SLAB, contiguous, counterpart, decompose, extent, group_by_slab, normalize
@@ -142,23 +142,26 @@ def _read(pool, alloc, off, shape, strides, dtype, out):
     cn = counterpart(out, shape, order, flips)
     lo, hi = extent(off, shape, strides, it)
     big = hi - lo > pool.cache.capacity // 2     # would flush the cache: bypass it
-    for p in decompose(noff, nshape, nstrides, it, S):
-        if p[0] == SLAB:
-            _, k, o, sh, st, sel = p
-            plo, phi = extent(o, sh, st, it)
-            buf = slab_read(pool, alloc, k, plo, phi)
-            src = np.ndarray(sh, dtype, buffer=buf, offset=o, strides=st)
-            if sel:
-                cn[sel] = src
+    with progress.for_bytes(hi - lo, "to_numpy") as pb:
+        for p in decompose(noff, nshape, nstrides, it, S):
+            if p[0] == SLAB:
+                _, k, o, sh, st, sel = p
+                plo, phi = extent(o, sh, st, it)
+                buf = slab_read(pool, alloc, k, plo, phi)
+                src = np.ndarray(sh, dtype, buffer=buf, offset=o, strides=st)
+                if sel:
+                    cn[sel] = src
+                else:
+                    cn[...] = src
+                pb.update(phi - plo)
             else:
-                cn[...] = src
-        else:
-            _read_range(pool, alloc, p[1], p[2], cn[p[3]] if p[3] else cn, dtype, big)
+                _read_range(pool, alloc, p[1], p[2], cn[p[3]] if p[3] else cn, dtype, big, pb)
     return out
 
 
-def _read_range(pool, alloc, lo, hi, blk, dtype, big):
-    """Contiguous bytes [lo, hi) of the allocation into numpy block `blk` (C order)."""
+def _read_range(pool, alloc, lo, hi, blk, dtype, big, pb=progress.SILENT):
+    """Contiguous bytes [lo, hi) of the allocation into numpy block `blk` (C order); pb: a
+    progress bar (progress.bar), told of each slab."""
     S = pool.slab_size
     it = dtype.itemsize
     flat = blk.reshape(-1).view(np.uint8) if blk.flags.c_contiguous else None
@@ -176,12 +179,14 @@ def _read_range(pool, alloc, lo, hi, blk, dtype, big):
                     not (filled and (alloc.heap, m) in pool.mapped)):
                 # a read bigger than the cache: full slabs go straight into the destination
                 _direct(pool, alloc, k, flat[a - lo:b - lo], inflight)
+                pb.update(b - a)
                 continue
             buf = slab_read(pool, alloc, k, 0, 0) if filled else slab_read(pool, alloc, k)
             if flat is not None:
                 flat[a - lo:b - lo] = buf[a - k * S:b - k * S]
             else:
                 blk.flat[(a - lo) // it:(b - lo) // it] = buf[a - k * S:b - k * S].view(dtype)
+            pb.update(b - a)
     except BaseException:
         _settle(inflight)
         raise
@@ -261,26 +266,30 @@ def write(pool, alloc, off, shape, strides, dtype, val, local_only=False):
     noff, nshape, nstrides, order, flips = normalize(off, shape, strides)
     cn = counterpart(val, shape, order, flips)
     touched = set()
-    for p in decompose(noff, nshape, nstrides, it, S):
-        if p[0] == SLAB:
-            _, k, o, sh, st, sel = p
-            m = alloc.members[k]
-            if local_only and m != pool.me:
-                continue
-            v = cn[sel] if sel else cn
-            _write_piece(pool, alloc, k, o, sh, st, dtype, v)
-            touched.add(k)
-        else:
-            _, lo, hi, sel = p
-            blk = cn[sel] if sel else cn
-            data = np.ascontiguousarray(blk).reshape(-1).view(np.uint8)
-            for k in range(lo // S, (hi - 1) // S + 1):
+    lo_all, hi_all = extent(noff, nshape, nstrides, it)
+    with progress.for_bytes(hi_all - lo_all, "write") as pb:
+        for p in decompose(noff, nshape, nstrides, it, S):
+            if p[0] == SLAB:
+                _, k, o, sh, st, sel = p
                 m = alloc.members[k]
                 if local_only and m != pool.me:
                     continue
-                a, b = max(lo, k * S), min(hi, (k + 1) * S)
-                put_bytes(pool, alloc, k, a - k * S, data[a - lo:b - lo])
+                v = cn[sel] if sel else cn
+                _write_piece(pool, alloc, k, o, sh, st, dtype, v)
                 touched.add(k)
+                pb.update(v.nbytes)
+            else:
+                _, lo, hi, sel = p
+                blk = cn[sel] if sel else cn
+                data = np.ascontiguousarray(blk).reshape(-1).view(np.uint8)
+                for k in range(lo // S, (hi - 1) // S + 1):
+                    m = alloc.members[k]
+                    a, b = max(lo, k * S), min(hi, (k + 1) * S)
+                    pb.update(b - a)
+                    if local_only and m != pool.me:
+                        continue
+                    put_bytes(pool, alloc, k, a - k * S, data[a - lo:b - lo])
+                    touched.add(k)
     bump(pool, alloc, touched)
 
 

@@ -486,37 +486,11 @@ class Pool:
                 self.collect_frees()
             return [(self.nslabs[m] - self._used[m]) * self.slab_size for m in range(self.size)]
 
-    def stats(self):
-        """Usage per member, fragmentation, the cache counters and the replicas (lost members,
-        under-replicated slabs, restore progress: replicas.Keeper.stats), as a dict."""
-        with self._lock:
-            if not self.coherent:
-                self.collect_frees()
-            S = self.slab_size
-            members = []
-            for m in range(self.size):
-                rw, ro = self._alloc["rw"][m], self._alloc["ro"][m]
-                used_rw = self._heap_used["rw"][m] * S
-                used_ro = self._heap_used["ro"][m] * S
-                members.append({
-                    "member": m, "host": self.world.hosts[m], "capacity": self.capacity[m],
-                    "transport": self.world.transports[m],
-                    "used": used_rw + used_ro, "readwrite": used_rw, "readonly": used_ro,
-                    "free": (self.nslabs[m] - self._used[m]) * S,
-                    "largest_free_run": {"readwrite": min(rw.largest,
-                                                          self.nslabs[m] - self._used[m]) * S,
-                                         "readonly": min(ro.largest,
-                                                         self.nslabs[m] - self._used[m]) * S},
-                    "fragmentation": {"readwrite": round(rw.fragmentation(), 4),
-                                      "readonly": round(ro.fragmentation(), 4)}})
-            pv = self._alloc_pv
-            return {"members": members, "slab_size": S, "role": self.role,
-                    "arrays": self._live, "pending_frees": len(self._pending),
-                    "private": {"member": self.me, "used": (pv.nslabs - pv.nfree) * S,
-                                "free": pv.nfree * S,
-                                "fragmentation": round(pv.fragmentation(), 4)},
-                    "cache": self.cache.stats(), "plans": dict(self.plans),
-                    "replicas": self.keeper.stats()}
+    def stats(self, per_peer=False):
+        """Usage per member, shares, fragmentation, cache counters and the transfers'
+        latency, bandwidth and health, as a dict (pool/report.py; README.md, "Stats")."""
+        from . import report
+        return report.stats(self, per_peer)
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.size} member(s)"

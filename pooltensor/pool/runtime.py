@@ -5,6 +5,7 @@ or the launcher; a plain script, alone or with member processes it starts), is d
 per process, apart from what a Pool is.
 """
 import atexit
+import logging
 import math
 import operator
 import os
@@ -18,6 +19,7 @@ from . import client, mapping, spawn
 from . import placement as _placement
 from .pool import DEFAULT_SLAB, Pool, check_slab_size
 
+_log = logging.getLogger("pooltensor")
 _pool = None
 _made = {}               # what the pool was made with: argument -> value (resolved)
 _init_lock = threading.Lock()
@@ -116,7 +118,7 @@ def _launched():
 
 def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memory=None,
          materialize_limit=None, advanced_limit=None, timeout=None, attach=None,
-         connect=None, secret_file=None):
+         connect=None, secret_file=None, metrics=None):
     """Join or build the pool and return it.
 
     A later call returns the same pool; an argument it gives that is not what the pool was
@@ -143,8 +145,15 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     servers; ``memory`` is then the bytes asked of each server (default: all it has free) and
     ``secret_file`` the servers' secret (default $POOLTENSOR_SECRET_FILE, else the file
     ``pooltensor serve`` makes by default). See pooltensor.pool.client.
+
+    metrics: ``"HOST:PORT"`` or ``":PORT"`` (every interface) to serve this process's
+    counters to Prometheus at http://HOST:PORT/metrics (default $POOLTENSOR_METRICS; off
+    when neither is set). Under SPMD each rank serves on PORT + its local rank. See
+    pooltensor.pool.metrics.
     """
     global _pool, _made
+    from collectives import log
+    log.configure()
     with _init_lock:
         given = _check_args(members, slab_size, cache_bytes, placement, memory,
                             materialize_limit, advanced_limit, timeout, attach)
@@ -153,6 +162,7 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
         given["connect"] = connect
         if _pool is not None and not _pool.closed:
             _agree(_pool, given)
+            _start_metrics(_pool, metrics)
             return _pool
         members, slab_size, memory = given["members"], given["slab_size"], given["memory"]
         timeout = given["timeout"]
@@ -195,6 +205,14 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
                 pool.exclusive = False      # ... so they write next to this process
         _pool = pool
         _made = _made_with(pool, given)
+        _log.debug("pool made: %s, member %d of %d, slab %d B, transports %s", pool.role,
+                   pool.me, pool.size, pool.slab_size, list(pool.world.transports))
+        try:
+            _start_metrics(pool, metrics)
+        except BaseException:
+            _pool = None
+            pool.close()
+            raise
         atexit.unregister(finalize)
         atexit.register(finalize)      # after collectives' own exit hook: runs before it
         return pool
@@ -215,6 +233,23 @@ def adopt(pool, memory=None):
         atexit.register(finalize)
 
 
+def _start_metrics(pool, address):
+    """The Prometheus endpoint of this process (pool/metrics.py), once; a second init()
+    asking for another address is a ValueError."""
+    from . import metrics
+    address = address if address is not None else os.environ.get(metrics.ENV) or None
+    have = getattr(pool, "metrics_exporter", None)
+    if address is None:
+        return
+    if have is not None:
+        if address != pool.metrics_address:
+            raise ValueError(f"pooltensor already serves metrics at {pool.metrics_address!r}, "
+                             f"not {address!r}; call pooltensor.finalize() first")
+        return
+    pool.metrics_exporter = metrics.for_pool(pool, address)
+    pool.metrics_address = address
+
+
 def current(required=True):
     """The pool, initializing the embedded default (one member) if there is none."""
     p = _pool
@@ -231,7 +266,10 @@ def finalize():
     with _init_lock:
         p, _pool = _pool, None
     if p is not None:
+        exporter = getattr(p, "metrics_exporter", None)
         p.close()
+        if exporter is not None:
+            exporter.close()
 
 
 def sync():

@@ -283,6 +283,16 @@ class Server:
         self.port = ls.getsockname()[1]
         return self
 
+    def snapshot(self):
+        """What the metrics endpoint exports of this server: memory, free, authenticated
+        clients, the control port's counters and the native data port's (tcp_stats)."""
+        with self._lock:
+            clients = sum(1 for x in self._clients if x.authenticated)
+            counters = dict(self.counters)
+        return {"memory": self.memory, "free": self.free, "clients": clients,
+                "control": counters,
+                "tcp": self._ctx.tcp_stats() if self._ctx is not None else {}}
+
     @property
     def free(self):
         with self._lock:
@@ -591,14 +601,15 @@ class Server:
 
 
 def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle=None,
-          allow_code=False, **limits):
+          allow_code=False, metrics=None, **limits):
     """Run a memory server until SIGTERM/SIGINT; returns the exit status (0 on a clean stop).
 
     Secret: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the default path
     (collectives.control.default_secret_path()), made there (mode 0600) if missing.
     Limits: `limits` (keywords of check_limits), else limits_from_env(). handle(view, data):
     runs a client's plan (the command passes the operations' handler); allow_code: also
-    user code (map_blocks) from authenticated clients."""
+    user code (map_blocks) from authenticated clients. metrics: "HOST:PORT" (or ":PORT") of
+    a Prometheus endpoint for this server (pool/metrics.py)."""
     log = stderr_log()
     host, port = parse_address(listen, "--listen")
     limits = dict(limits_from_env(), **limits)
@@ -610,8 +621,25 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle
             log(f"made a new secret at {path} (mode 0600): give clients a copy "
                 f"(init(connect=..., secret_file=...) or {_ctl.ENV_SECRET})")
     secret = _ctl.read_secret(path)
+    if metrics is not None:
+        from . import metrics as _metrics
+        mhost, mport = _metrics.parse(metrics, what="--metrics")
     server = Server(memory, host, port, secret, data_port, log, handle, allow_code,
                     **limits).start()
+    exporter = None
+    if metrics is not None:
+        ctx = server._ctx
+
+        def scrape():
+            entries, links = ctx.stats()
+            return {"member": "server", "entries": entries, "links": links,
+                    "server": server.snapshot()}
+        try:
+            exporter = _metrics.Exporter(scrape, mhost, mport)
+        except BaseException:
+            server.stop()
+            raise
+        log(f"metrics on http://{exporter.host}:{exporter.port}/metrics")
     stopping = []
 
     def on_signal(signum, frame):
@@ -625,6 +653,8 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle
         server.serve_forever()
     finally:
         server.stop()
+        if exporter is not None:
+            exporter.close()
         for s, h in old.items():
             signal.signal(s, h)
     if stopping:

@@ -37,6 +37,9 @@ pt_status_t pt_ctx_create(int rank, int size, int nthreads, pt_ctx_t **out)
     pthread_mutex_init(&ctx->reg_lock, NULL);
     pthread_mutex_init(&ctx->q_lock, NULL);
     pthread_cond_init(&ctx->q_cond, NULL);
+    if ((st = pt__stats_create(size, &ctx->stats)) != PT_OK)
+        goto err_free;
+    st = PT_ERR_NOMEM;
     ctx->peers = calloc((size_t)size, sizeof(pt_peer_t));
     if (!ctx->peers)
         goto err_free;
@@ -76,6 +79,7 @@ err_ctrl:
 err_peers:
     free(ctx->peers);
 err_free:
+    pt__stats_unref(ctx->stats);
     pthread_rwlock_destroy(&ctx->serve_lock);
     free(ctx);
     return st;
@@ -108,6 +112,7 @@ void pt_ctx_destroy(pt_ctx_t *ctx)
     pt_plat_reap();
     pthread_rwlock_destroy(&ctx->serve_lock);
     pt_plat_secure_zero(ctx->secret, sizeof(ctx->secret));
+    pt__stats_unref(ctx->stats); /* (async requests still out keep theirs) */
     free(ctx);
 }
 
@@ -145,6 +150,7 @@ pt_status_t pt_ctx_connect(pt_ctx_t *ctx, int rank, const pt_addr_t *addr)
         p->ops = &pt_transport_shm; /* (a tcp address, given first, still wins) */
     p->connected = 1;
     if (rank != ctx->rank) {
+        pt__stats_event(ctx->stats, rank, PT_STAT_CONNECT, PT_OK, -1);
         pt__segment_mapped(c, p->pid, -1, 1);
         pt__shm_premap(ctx, rank); /* its segments so far: their names can go soon */
     }
@@ -192,7 +198,8 @@ int pt_ctx_first_lost(pt_ctx_t *ctx) { return atomic_load(&ctx->first_lost); }
 static void mark_lost(pt_ctx_t *ctx, int rank)
 {
     int none = -1;
-    atomic_store(&ctx->peers[rank].lost, 1);
+    if (!atomic_exchange(&ctx->peers[rank].lost, 1))
+        pt__stats_event(ctx->stats, rank, PT_STAT_LOST, PT_ERR_PEER_LOST, -1);
     if (atomic_compare_exchange_strong(&ctx->first_lost, &none, rank))
         atomic_store(&ctx->ctrl->lost_seen, rank + 1); /* for our same-host peers, below */
 }

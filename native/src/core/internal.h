@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/stats.h"
 #include "platform/platform.h"
 #include "pt.h"
 
@@ -99,6 +100,10 @@ struct pt_req {
     int finished;                         /* outcome known; published once not busy */
     int self_read;                        /* its caller reads the replies (never sleeps) */
     double deadline;
+    /* counting (core/stats.c): set by the entry point that started it, cleared once counted */
+    _Atomic(pt_stats_t *) stat;
+    uint64_t stat_t0, stat_bytes;
+    int stat_rank, stat_transport, stat_op;
 };
 
 struct pt_ctx {
@@ -129,6 +134,7 @@ struct pt_ctx {
     pthread_rwlock_t serve_lock;          /* read: a server thread touching registered memory;
                                              write: deregistration, segment removal */
     struct pt_tcp_server *server;
+    pt_stats_t *stats;                    /* what the data path did (core/stats.c) */
 };
 
 /* For the team engine: a writable direct pointer to [off, off+len) of rank's registration

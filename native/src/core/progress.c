@@ -30,9 +30,10 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&ctx->q_lock);
         if (stop)
             return NULL;
-        req->status = req->is_put
-                          ? pt_put(ctx, req->rank, req->key, req->off, req->buf, req->len)
-                          : pt_get(ctx, req->rank, req->key, req->off, req->buf, req->len);
+        /* (through the table, not pt_get/pt_put: the request is counted as one async op) */
+        const pt_transport_ops_t *o = pt__peer_ops(ctx, req->rank);
+        req->status = req->is_put ? o->put(ctx, req->rank, req->key, req->off, req->buf, req->len)
+                                  : o->get(ctx, req->rank, req->key, req->off, req->buf, req->len);
         atomic_store_explicit(&req->done, 1, memory_order_release);
         pt_plat_wake(&req->done, 0);
         req_unref(req);
@@ -100,27 +101,41 @@ pt_status_t pt__progress_submit(pt_ctx_t *ctx, int is_put, int rank, uint64_t ke
 }
 
 /* The transport puts the request in flight (tcp: on its socket), or hands it to the progress
- * threads (shm: pt__progress_submit). */
-pt_status_t pt_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len,
-                         pt_req_t **out)
+ * threads (shm: pt__progress_submit). Counted once its caller sees it complete. */
+static pt_status_t start_counted(pt_ctx_t *ctx, int is_put, int rank, uint64_t key, uint64_t off,
+                                 void *buf, size_t len, pt_req_t **out)
 {
     if (!out)
         return PT_ERR_INVALID;
-    return pt__peer_ops(ctx, rank)->get_async(ctx, rank, key, off, dst, len, out);
+    const pt_transport_ops_t *o = pt__peer_ops(ctx, rank);
+    int op = is_put ? PT_STAT_OP_PUT : PT_STAT_OP_GET;
+    uint64_t t0 = pt__stats_t0();
+    pt_status_t st = is_put ? o->put_async(ctx, rank, key, off, buf, len, out)
+                            : o->get_async(ctx, rank, key, off, buf, len, out);
+    if (t0 && st == PT_OK)
+        pt__stats_req_start(ctx->stats, *out, rank, o->id, op, len, t0);
+    else if (t0)
+        pt__stats_op(ctx->stats, rank, o->id, op, len, st, t0);
+    return st;
+}
+
+pt_status_t pt_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len,
+                         pt_req_t **out)
+{
+    return start_counted(ctx, 0, rank, key, off, dst, len, out);
 }
 
 pt_status_t pt_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                          size_t len, pt_req_t **out)
 {
-    if (!out)
-        return PT_ERR_INVALID;
-    return pt__peer_ops(ctx, rank)->put_async(ctx, rank, key, off, src, len, out);
+    return start_counted(ctx, 1, rank, key, off, (void *)(uintptr_t)src, len, out);
 }
 
 int pt_req_test(pt_req_t *req, pt_status_t *st)
 {
     if (!atomic_load_explicit(&req->done, memory_order_acquire))
         return 0;
+    pt__stats_req_end(req);
     if (st)
         *st = req->status;
     return 1;
@@ -130,8 +145,10 @@ pt_status_t pt_req_wait(pt_req_t *req, double timeout)
 {
     double start = pt__now(), spin = pt__spin_seconds();
     for (unsigned i = 0;; i++) {
-        if (atomic_load_explicit(&req->done, memory_order_acquire))
+        if (atomic_load_explicit(&req->done, memory_order_acquire)) {
+            pt__stats_req_end(req);
             return req->status;
+        }
         if ((i & 63) != 63)
             continue;
         double el = pt__now() - start;
@@ -148,6 +165,8 @@ pt_status_t pt_req_wait(pt_req_t *req, double timeout)
 
 void pt_req_release(pt_req_t *req)
 {
-    if (req)
+    if (req) {
+        pt__stats_req_end(req);
         req_unref(req);
+    }
 }

@@ -30,38 +30,50 @@ pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, si
     return PT_OK;
 }
 
+/* Each entry point is counted (core/stats.c) under the transport that carried it: timed around
+ * the call through the ops table, so every transport is covered by the same few lines. */
+#define COUNTED(op, bytes, call)                                                            \
+    do {                                                                                    \
+        const pt_transport_ops_t *o_ = pt__peer_ops(ctx, rank);                             \
+        uint64_t t0_ = pt__stats_t0();                                                      \
+        pt_status_t st_ = o_->call;                                                         \
+        if (t0_)                                                                            \
+            pt__stats_op(ctx->stats, rank, o_->id, (op), (bytes), st_, t0_);                \
+        return st_;                                                                         \
+    } while (0)
+
 pt_status_t pt_get(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst, size_t len)
 {
-    return pt__peer_ops(ctx, rank)->get(ctx, rank, key, off, dst, len);
+    COUNTED(PT_STAT_OP_GET, len, get(ctx, rank, key, off, dst, len));
 }
 
 pt_status_t pt_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                    size_t len)
 {
-    return pt__peer_ops(ctx, rank)->put(ctx, rank, key, off, src, len);
+    COUNTED(PT_STAT_OP_PUT, len, put(ctx, rank, key, off, src, len));
 }
 
 pt_status_t pt_fetch_add(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
                          int64_t *old_out)
 {
-    return pt__peer_ops(ctx, rank)->fetch_add(ctx, rank, key, off, v, old_out);
+    COUNTED(PT_STAT_OP_ATOMIC, 8, fetch_add(ctx, rank, key, off, v, old_out));
 }
 
 pt_status_t pt_compare_swap(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t expected,
                             int64_t desired, int64_t *old_out)
 {
-    return pt__peer_ops(ctx, rank)->compare_swap(ctx, rank, key, off, expected, desired, old_out);
+    COUNTED(PT_STAT_OP_ATOMIC, 8, compare_swap(ctx, rank, key, off, expected, desired, old_out));
 }
 
 pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v)
 {
-    return pt__peer_ops(ctx, rank)->notify(ctx, rank, key, off, v);
+    COUNTED(PT_STAT_OP_NOTIFY, 8, notify(ctx, rank, key, off, v));
 }
 
 pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                           size_t len, uint64_t nkey, uint64_t noff, int64_t v)
 {
-    return pt__peer_ops(ctx, rank)->put_notify(ctx, rank, key, off, src, len, nkey, noff, v);
+    COUNTED(PT_STAT_OP_PUT_NOTIFY, len, put_notify(ctx, rank, key, off, src, len, nkey, noff, v));
 }
 
 pt_status_t pt_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
@@ -69,7 +81,14 @@ pt_status_t pt_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
 {
     if (!out)
         return PT_ERR_INVALID;
-    return pt__peer_ops(ctx, rank)->notify_async(ctx, rank, key, off, v, out);
+    const pt_transport_ops_t *o = pt__peer_ops(ctx, rank);
+    uint64_t t0 = pt__stats_t0();
+    pt_status_t st = o->notify_async(ctx, rank, key, off, v, out);
+    if (t0 && st == PT_OK)
+        pt__stats_req_start(ctx->stats, *out, rank, o->id, PT_STAT_OP_NOTIFY, 8, t0);
+    else if (t0)
+        pt__stats_op(ctx->stats, rank, o->id, PT_STAT_OP_NOTIFY, 8, st, t0);
+    return st;
 }
 
 pt_status_t pt_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs, size_t n,
@@ -79,7 +98,7 @@ pt_status_t pt_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t
         return PT_OK;
     if (!offs || !src || itemsize == 0)
         return PT_ERR_INVALID;
-    return pt__peer_ops(ctx, rank)->put_indexed(ctx, rank, key, offs, n, itemsize, src);
+    COUNTED(PT_STAT_OP_PUT_INDEXED, n * itemsize, put_indexed(ctx, rank, key, offs, n, itemsize, src));
 }
 
 pt_status_t pt_attach(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len, int write,

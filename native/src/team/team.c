@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/transport.h"
 
 #define PT_STAGE_HDR 4096
 #define PT_TEAM_MAX 512
@@ -233,7 +233,7 @@ static void copy_out(void *dst, const void *src, size_t len, size_t total)
 
 static double deadline_of(double timeout) { return timeout < 0 ? -1 : pt__now() + timeout; }
 
-pt_status_t pt_team_barrier(pt_team_t *t, double timeout, int *who)
+static pt_status_t team_barrier(pt_team_t *t, double timeout, int *who)
 {
     int w = -1;
     pt_status_t st = announce(t, 0xba771e5ULL, deadline_of(timeout), &w);
@@ -256,7 +256,7 @@ pt_status_t pt_team_barrier(pt_team_t *t, double timeout, int *who)
             FAIL(st__);                                                                      \
     } while (0)
 
-pt_status_t pt_team_allreduce(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in, void *out,
+static pt_status_t team_allreduce(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in, void *out,
                               size_t count, int algo, uint64_t sig, double timeout, int *who)
 {
     if ((unsigned)op >= PT_NOPS || (unsigned)dt >= PT_NDTYPES || (count && (!in || !out)))
@@ -308,7 +308,7 @@ pt_status_t pt_team_allreduce(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const voi
     return PT_OK;
 }
 
-pt_status_t pt_team_allgather(pt_team_t *t, const void *in, void *out, size_t nbytes,
+static pt_status_t team_allgather(pt_team_t *t, const void *in, void *out, size_t nbytes,
                               uint64_t sig, double timeout, int *who)
 {
     if (nbytes && (!in || !out))
@@ -343,7 +343,7 @@ pt_status_t pt_team_allgather(pt_team_t *t, const void *in, void *out, size_t nb
     return PT_OK;
 }
 
-pt_status_t pt_team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in,
+static pt_status_t team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in,
                                    void *out, size_t count, uint64_t sig, double timeout,
                                    int *who)
 {
@@ -381,7 +381,7 @@ pt_status_t pt_team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, cons
     return PT_OK;
 }
 
-pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
+static pt_status_t team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
                               double timeout, int *who)
 {
     if (root < 0 || root >= t->n || (nbytes && !buf))
@@ -407,4 +407,49 @@ pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, 
         publish(t, HDR_CTR(t, t->me, done), s + 1);
     }
     return PT_OK;
+}
+
+/* The entry points, counted (core/stats.c) as collectives of the group (rank -1) over shared
+ * memory; bytes: what this member contributes. */
+#define TEAM_COUNTED(op, bytes, call)                                                        \
+    do {                                                                                     \
+        uint64_t t0_ = pt__stats_t0();                                                       \
+        pt_status_t st_ = call;                                                              \
+        if (t0_)                                                                             \
+            pt__stats_op(t->ctx->stats, -1, pt_transport_shm.id, (op), (bytes), st_, t0_);   \
+        return st_;                                                                          \
+    } while (0)
+
+pt_status_t pt_team_barrier(pt_team_t *t, double timeout, int *who)
+{
+    TEAM_COUNTED(PT_STAT_OP_BARRIER, 0, team_barrier(t, timeout, who));
+}
+
+pt_status_t pt_team_allreduce(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in, void *out,
+                              size_t count, int algo, uint64_t sig, double timeout, int *who)
+{
+    size_t bytes = (unsigned)dt < PT_NDTYPES ? count * pt_dtype_size(dt) : 0;
+    TEAM_COUNTED(PT_STAT_OP_ALLREDUCE, bytes,
+                 team_allreduce(t, op, dt, in, out, count, algo, sig, timeout, who));
+}
+
+pt_status_t pt_team_allgather(pt_team_t *t, const void *in, void *out, size_t nbytes,
+                              uint64_t sig, double timeout, int *who)
+{
+    TEAM_COUNTED(PT_STAT_OP_ALLGATHER, nbytes, team_allgather(t, in, out, nbytes, sig, timeout, who));
+}
+
+pt_status_t pt_team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, const void *in,
+                                   void *out, size_t count, uint64_t sig, double timeout,
+                                   int *who)
+{
+    size_t bytes = (unsigned)dt < PT_NDTYPES ? count * pt_dtype_size(dt) : 0;
+    TEAM_COUNTED(PT_STAT_OP_REDUCE_SCATTER, bytes,
+                 team_reduce_scatter(t, op, dt, in, out, count, sig, timeout, who));
+}
+
+pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
+                              double timeout, int *who)
+{
+    TEAM_COUNTED(PT_STAT_OP_BROADCAST, nbytes, team_broadcast(t, root, buf, nbytes, sig, timeout, who));
 }
