@@ -63,4 +63,10 @@ PyObject *pt_py_hmac_sha256(PyObject *m, PyObject *args);
 PyObject *pt_py_sha256(PyObject *m, PyObject *args);
 int pt_py_add_team(PyObject *module);
 
+/* verbs_py.c: Context methods for the verbs transport, and the probe */
+PyObject *pt_py_verbs_local(ContextObject *self, PyObject *args);
+PyObject *pt_py_connect_verbs(ContextObject *self, PyObject *args);
+PyObject *pt_py_verbs_info(ContextObject *self, PyObject *unused);
+PyObject *pt_py_verbs_probe(PyObject *m, PyObject *unused);
+
 #endif

@@ -129,6 +129,7 @@ struct pt_ctx {
     pthread_rwlock_t serve_lock;          /* read: a server thread touching registered memory;
                                              write: deregistration, segment removal */
     struct pt_tcp_server *server;
+    struct pt_verbs *verbs;               /* the verbs transport's state, once it is used */
 };
 
 /* For the team engine: a writable direct pointer to [off, off+len) of rank's registration
