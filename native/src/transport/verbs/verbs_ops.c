@@ -96,8 +96,11 @@ void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h, const uint8
     pt_status_t st = PT_OK;
     pthread_rwlock_rdlock(&ctx->serve_lock);
     switch (h->op) {
-    case VB_RESOLVE: /* a: write wanted; b: 1 = check [off, off+len) only, no region */
+    case VB_RESOLVE: /* a: write wanted; b: 1 = check [off, off+len) only, no region;
+                        2 = check it as an atomic's target (aligned too) */
         st = local(ctx, h->key, h->off, (size_t)h->len, (int)h->a, &ptr);
+        if (st == PT_OK && h->b == 2 && ((uintptr_t)ptr & 7))
+            st = PT_ERR_ALIGN;
         if (st == PT_OK && !h->b)
             st = ctx->verbs->dev.profile == VB_RC ? region(ctx, h->key, &r)
                                                   : PT_ERR_UNSUPPORTED;
@@ -393,9 +396,10 @@ static pt_status_t vb_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64
 
 /* The range [off, off+len) of key checked at the target, nothing moved. */
 static pt_status_t check_remote(pt_ctx_t *ctx, vb_peer_t *p, uint64_t key, uint64_t off,
-                                uint64_t len, int write)
+                                uint64_t len, int write, int atomic)
 {
-    vb_hdr_t h = {.op = VB_RESOLVE, .key = key, .off = off, .len = len, .a = write, .b = 1};
+    vb_hdr_t h = {.op = VB_RESOLVE, .key = key, .off = off, .len = len, .a = write,
+                  .b = atomic ? 2 : 1};
     vb_wait_t w;
     memset(&w, 0, sizeof(w));
     return pt__verbs_call(ctx, p, &h, NULL, 0, &w);
@@ -407,9 +411,9 @@ static pt_status_t vb_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t
 {
     FALLBACK(put_notify, key, off, src, len, nkey, noff, v);
     /* both checked first: a refusal of either leaves the target unchanged */
-    pt_status_t st = check_remote(ctx, p, nkey, noff, 8, 1);
+    pt_status_t st = check_remote(ctx, p, nkey, noff, 8, 1, 1);
     if (st == PT_OK)
-        st = check_remote(ctx, p, key, off, len, 1);
+        st = check_remote(ctx, p, key, off, len, 1, 0);
     if (st == PT_OK)
         st = vb_put(ctx, rank, key, off, src, len);
     if (st == PT_OK) /* after every byte is in (the put completed) */
@@ -428,7 +432,7 @@ static pt_status_t vb_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const u
     }
     if (hi > UINT64_MAX - itemsize)
         return PT_ERR_BOUNDS;
-    pt_status_t st = check_remote(ctx, p, key, lo, hi + itemsize - lo, 1);
+    pt_status_t st = check_remote(ctx, p, key, lo, hi + itemsize - lo, 1, 0);
     const uint8_t *s = src;
     for (size_t i = 0; i < n && st == PT_OK; i++)
         st = vb_put(ctx, rank, key, offs[i], s + i * itemsize, itemsize);
