@@ -2,6 +2,7 @@
 
     pooltensor serve --memory 8GiB [--listen 127.0.0.1:7000] [--secret-file F]
                      [--data-port P] [--allow-code]
+    pooltensor doctor
 
 Unknown options and malformed values are errors (status 2), reported in one line.
 """
@@ -33,6 +34,15 @@ def _parser():
                    help="also run code that authenticated clients send (pooltensor.map_blocks "
                         "functions); without it the server computes only numpy's operations "
                         "on the slabs it holds")
+    sub.add_parser(
+        "doctor", help="what this machine offers pooltensor (RDMA devices, ports, GIDs), and "
+                       "what to do about what is wrong",
+        description="Check this machine: the verbs library, RDMA devices, ports and their "
+                    "state, GIDs and their types, MTU, device caps, the profile verbs would "
+                    "use, and a plain message for each known failure (no RDMA in the kernel, "
+                    "RDMA not enabled on macOS, no IPv4 address on a Thunderbolt port, "
+                    "Thunderbolt Bridge still present, port down). Exit status 1 when a "
+                    "device is present but unusable.")
     return p
 
 
@@ -43,6 +53,9 @@ def main(argv=None):
     if args.command is None:
         p.print_help(sys.stderr)
         return 2
+    if args.command == "doctor":
+        from .doctor import run
+        return run()
     if args.command == "serve":
         from .pool.serve import parse_bytes, serve
         try:

@@ -87,8 +87,9 @@ def test_no_ipv4_gid_on_thunderbolt_is_refused(fake_lib, tmp_path):
     info = probe_in({"POOLTENSOR_VERBS_LIB": fake_lib, "POOLTENSOR_FAKEVERBS_PROFILE": "apple",
                      "POOLTENSOR_FAKEVERBS_IPV4": "0",
                      "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "fabric")})
-    assert info["chosen"]["gid"] == 0
+    assert info["chosen"] is None and "IPv4" in info["error"], info["error"]
     assert not any(g["gid"].startswith("::ffff:") for g in info["gids"])
+    assert info["summary"]["fabric"] is None
 
 
 def test_library_absent_is_one_clear_line():
@@ -111,6 +112,45 @@ def test_no_devices_in_the_simulated_provider(fake_lib, tmp_path):
     info = probe_in({"POOLTENSOR_VERBS_LIB": fake_lib, "POOLTENSOR_FAKEVERBS_DEVICES": "0",
                      "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "fabric")})
     assert info["chosen"] is None and "no RDMA devices" in info["error"]
+
+
+# ---- pooltensor doctor --------------------------------------------------------------------
+
+def doctor(env):
+    return subprocess.run([sys.executable, "-m", "pooltensor", "doctor"],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("profile", ["rc", "apple"])
+def test_doctor_reports_devices_ports_gids_caps_and_profile(fake_lib, tmp_path, profile):
+    p = doctor({"POOLTENSOR_VERBS_LIB": fake_lib, "POOLTENSOR_FAKEVERBS_PROFILE": profile,
+                "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "fabric")})
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    assert "max WRs/queue " + ("32" if profile == "apple" else "1024") in out
+    assert "GID 1: ::ffff:10." in out and "(RoCE v2)" in out and "MTU" in out
+    assert f"profile {PROFILES[profile]}" in out
+    if profile == "apple":
+        assert "port 1: down" in out and "check the cable" in out
+
+
+@pytest.mark.parametrize("env,text", [
+    ({"POOLTENSOR_VERBS_LIB": "/nonexistent/libibverbs.so.1"}, "install rdma-core's libibverbs1"),
+    ({"POOLTENSOR_VERBS_LIB": REAL_LIB or ""}, "this kernel has no RDMA support"),
+])
+def test_doctor_plain_messages_for_the_known_failures(env, text):
+    if not env["POOLTENSOR_VERBS_LIB"]:
+        pytest.skip("Debian's libibverbs1 is not installed here")
+    p = doctor(env)
+    assert p.returncode == 0 and text in p.stdout and "pooltensor uses tcp" in p.stdout, p.stdout
+
+
+def test_doctor_no_ipv4_on_thunderbolt(fake_lib, tmp_path):
+    p = doctor({"POOLTENSOR_VERBS_LIB": fake_lib, "POOLTENSOR_FAKEVERBS_PROFILE": "apple",
+                "POOLTENSOR_FAKEVERBS_IPV4": "0",
+                "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "fabric")})
+    assert p.returncode == 1, p.stdout
+    assert "give its interface an IPv4 address" in p.stdout and "[fail]" in p.stdout
 
 
 # ---- the choice per peer -------------------------------------------------------------------

@@ -104,14 +104,15 @@ static int best_gid(const pt_verbs_lib_t *lib, pt_ibv_context_t *c, const char *
     return best;
 }
 
-/* An RC queue pair taken to RTR towards itself: does the device accept RC at all? */
-static int rc_accepted(vb_dev_t *d)
+/* A queue pair of type `type` taken to RTR towards itself on the chosen GID: does the device
+ * accept that type, and does the GID route? */
+static int loopback_ok(vb_dev_t *d, int type)
 {
     const pt_verbs_lib_t *lib = d->lib;
     pt_ibv_cq_t *cq = lib->create_cq(d->ctx, 4, NULL, NULL, 0);
     if (!cq)
         return 0;
-    pt_ibv_qp_init_attr_t ia = {.send_cq = cq, .recv_cq = cq, .qp_type = PT_IBV_QPT_RC,
+    pt_ibv_qp_init_attr_t ia = {.send_cq = cq, .recv_cq = cq, .qp_type = type,
                                 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
                                         .max_recv_sge = 1}};
     pt_ibv_qp_t *qp = lib->create_qp(d->pd, &ia);
@@ -222,11 +223,19 @@ pt_status_t pt__verbs_dev_open(vb_dev_t *d, char *why, size_t whylen)
         lib->close_device(d->ctx);
         return PT_ERR_SYS;
     }
+    /* the profile from what the device accepts: RC, else UC-SEND, else the GID does not route */
     const char *prof = getenv("POOLTENSOR_VERBS_PROFILE");
-    if (prof && strcmp(prof, "uc") == 0)
-        d->profile = VB_UC;
-    else
-        d->profile = rc_accepted(d) ? VB_RC : VB_UC;
+    int uc_only = prof && strcmp(prof, "uc") == 0;
+    d->profile = !uc_only && loopback_ok(d, PT_IBV_QPT_RC) ? VB_RC
+                 : loopback_ok(d, PT_IBV_QPT_UC)           ? VB_UC
+                                                           : 0;
+    if (!d->profile) {
+        snprintf(why, whylen, "%s port %d: queue pairs refused on GID %d%s", d->name, d->port,
+                 d->gid_index, is_v4mapped(&d->gid) ? "" : " (not IPv4-mapped: give the "
+                 "interface an IPv4 address)");
+        pt__verbs_dev_close(d);
+        return PT_ERR_UNSUPPORTED;
+    }
     if (prof && strcmp(prof, "rc") == 0 && d->profile != VB_RC) {
         snprintf(why, whylen, "%s: RC queue pairs refused (POOLTENSOR_VERBS_PROFILE=rc)", d->name);
         pt__verbs_dev_close(d);
