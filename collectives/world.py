@@ -221,6 +221,9 @@ class World(LocalMemory):
                 self.transports[r] = "tcp"
         # every rank's receives are posted before anything is sent to it
         self.allgather_object(True)
+        info = self._ctx.verbs_info()
+        if info and "rails=2" in info[1]:
+            self.verbs += ", 2 rails (transfers from 512 KiB striped over both)"
 
     def _lost(self):
         """Dead peers, the first one seen first (the likely cause of the others' exits)."""

@@ -101,8 +101,10 @@ def check_verbs():
                                     f"does not route without one)"))
     c = info["chosen"]
     if c:
+        rails = c.get("rails", 1)
         out.append(("ok", f"verbs would use {c['device']} port {c['port']} GID {c['gid']}, "
-                          f"profile {c['profile']}"))
+                          f"profile {c['profile']}"
+                          + (f", {rails} rails (large transfers striped)" if rails > 1 else "")))
     else:
         out.append(("fail", f"verbs: {info['error']}; between machines pooltensor uses tcp"))
     if _thunderbolt_bridge():

@@ -196,6 +196,19 @@ def test_windows_over_verbs(fake_lib, tmp_path, profile, n):
     assert p.stdout.count("refusals ok") == n
 
 
+def test_two_rails_stripe_large_transfers(fake_lib, tmp_path):
+    """Two active ports (two cables): large transfers go half over each rail."""
+    env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_PORTS="2")
+    p = check_ranks("launch", 2, "verbs_window.py", "rc", env=env, timeout=150)
+    assert p.stdout.count("verbs window ok") == 2
+    import re
+    striped = [int(x) for x in re.findall(r"rails=2 striped=(\d+)", p.stdout)]
+    assert len(striped) == 2 and all(x > 0 for x in striped), p.stdout
+    env["POOLTENSOR_VERBS_RAILS"] = "1"
+    p = check_ranks("launch", 2, "verbs_window.py", "rc", env=env, timeout=150)
+    assert p.stdout.count("rails=1 striped=0") == 2, p.stdout
+
+
 @pytest.mark.parametrize("profile,n", [("rc", 3), ("apple", 2)])
 def test_collectives_over_verbs(fake_lib, tmp_path, profile, n):
     p = check_ranks("launch", n, "coll_correct.py", "--quick",

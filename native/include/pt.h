@@ -190,7 +190,8 @@ pt_status_t pt_ctx_verbs_local(pt_ctx_t *ctx, int rank, void *info, size_t *len)
 pt_status_t pt_ctx_connect_verbs(pt_ctx_t *ctx, int rank, const void *info, size_t len);
 /* "rc" or "uc-send" once the device is open, else NULL. */
 const char *pt_ctx_verbs_profile(pt_ctx_t *ctx);
-/* The device, port and GID index this context uses, as "name port gid"; NULL before. */
+/* The device, port and GID index this context uses, the rails connected to some peer and
+ * the transfers striped over two, as "name port gid rails=N striped=M"; NULL before. */
 const char *pt_ctx_verbs_device(pt_ctx_t *ctx);
 
 /* ---- signals: one-sided notification, for algorithms built on windows ---- */

@@ -95,4 +95,5 @@ assert win.attach(right, 0, 16) is None, "attach over verbs must not map anythin
 world.barrier()
 ctr.close()
 win.close()
+print(f"rank {rank}: device {world._ctx.verbs_info()[1]}", flush=True)
 print(f"rank {rank}: verbs window ok", flush=True)

@@ -29,6 +29,7 @@
 #define VB_BOUNCE (1u << 20)       /* rc: staging for READ/WRITE, per peer */
 #define VB_CHUNK (256u << 10)      /* rc: bytes per READ/WRITE work request */
 #define VB_INLINE 64               /* rc: puts up to this size go inline */
+#define VB_STRIPE (2 * VB_CHUNK)   /* rc: transfers from this size are striped over two rails */
 
 enum { VB_RC = 1, VB_UC = 2 };
 
@@ -52,6 +53,8 @@ typedef struct {
     uint32_t magic, qpn, profile, port;
     uint8_t gid[16];
     uint32_t mtu, gid_index;
+    uint32_t qpn2, port2;          /* a second rail (rc), or qpn2 = 0 */
+    uint8_t gid2[16];
 } vb_info_t;
 
 typedef struct {
@@ -63,6 +66,8 @@ typedef struct {
     pt_ibv_gid_t gid;
     pt_ibv_device_attr_t attr;
     int profile;
+    int port2, gid_index2;         /* a second active port of the device (a rail), or 0 */
+    pt_ibv_gid_t gid2;
 } vb_dev_t;
 
 /* A request waiting for its reply (or an RDMA operation for its completion). */
@@ -71,6 +76,7 @@ typedef struct {
     pt_status_t status;
     uint64_t id, wr_id;            /* its request's id; its signalled work request's wr_id */
     int nwr;                       /* work requests that completion covers */
+    int rail;                      /* the queue pair they went on (0, or 1: qp2) */
     vb_hdr_t reply;
     void *dst;                     /* get: where the reply's payload goes */
     size_t dst_len;
@@ -84,13 +90,16 @@ typedef struct {
 typedef struct vb_peer {
     int rank;
     pt_ibv_qp_t *qp;
+    pt_ibv_qp_t *qp2;              /* rc: the second rail, once connected on both ends */
+    int qp2_up;
+    uint64_t striped;              /* bounce chunks sent over both rails (tests, stats) */
     _Atomic int up;                /* connected and not failed */
     pt_status_t fail;
     pthread_mutex_t lock;          /* the fields below, and the send queue */
     pthread_mutex_t op_lock;       /* one rc bulk transfer at a time (the bounce buffer) */
     uint8_t *recv, *send, *bounce; /* in the context's staging region */
     int send_free[VB_SEND], nfree;
-    int sq_used;                   /* work requests posted, not yet completed */
+    int sq_used, sq_used2;         /* work requests posted, not yet completed (per rail) */
     int inflight;                  /* requests awaiting a reply */
     vb_wait_t *slots[VB_SLOTS];
     uint64_t next_id;
@@ -132,7 +141,10 @@ pt_status_t pt__verbs_call(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void 
 pt_status_t pt__verbs_start(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void *payload,
                             size_t plen, vb_wait_t *w);
 pt_status_t pt__verbs_wait(pt_ctx_t *ctx, vb_peer_t *p, vb_wait_t *w);
-/* Post RDMA work requests (rc) and wait for the last, signalled one. */
+/* Post RDMA work requests (rc) on rail 0 or 1; w completes with the last, signalled one. */
+pt_status_t pt__verbs_rdma_start(pt_ctx_t *ctx, vb_peer_t *p, int rail, pt_ibv_send_wr_t *wrs,
+                                 int n, vb_wait_t *w);
+/* The same, waited for (rail 0). */
 pt_status_t pt__verbs_rdma(pt_ctx_t *ctx, vb_peer_t *p, pt_ibv_send_wr_t *wrs, int n);
 /* The peer's verbs connection failed with st: its waiters fail, tcp reaches it from now on. */
 void pt__verbs_peer_fail(pt_ctx_t *ctx, vb_peer_t *p, pt_status_t st);

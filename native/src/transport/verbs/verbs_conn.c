@@ -85,7 +85,7 @@ static void on_send(pt_ctx_t *ctx, pt_verbs_t *v, const pt_ibv_wc_t *wc)
     } else if (kind == 3) {
         vb_wait_t *w = p->slots[idx];
         if (w && w->wr_id == wc->wr_id) {
-            p->sq_used -= w->nwr;
+            *(w->rail ? &p->sq_used2 : &p->sq_used) -= w->nwr;
             finish_locked(p, idx, wc->status == PT_IBV_WC_SUCCESS ? PT_OK
                                                                    : wc_status(wc->status));
         }
@@ -256,6 +256,68 @@ err_free:
     return NULL;
 }
 
+/* A queue pair on `port`, in INIT. */
+static pt_ibv_qp_t *qp_make(pt_verbs_t *v, int port)
+{
+    int depth = sq_depth(v);
+    pt_ibv_qp_init_attr_t ia = {
+        .send_cq = v->scq, .recv_cq = v->rcq,
+        .qp_type = v->dev.profile == VB_RC ? PT_IBV_QPT_RC : PT_IBV_QPT_UC,
+        .cap = {.max_send_wr = (uint32_t)depth, .max_recv_wr = VB_RECV, .max_send_sge = 1,
+                .max_recv_sge = 1, .max_inline_data = v->dev.profile == VB_RC ? VB_INLINE : 0}};
+    pt_ibv_qp_t *qp = v->dev.lib->create_qp(v->dev.pd, &ia);
+    if (!qp)
+        return NULL;
+    pt_ibv_qp_attr_t a = {.qp_state = PT_IBV_QPS_INIT, .port_num = (uint8_t)port};
+    a.qp_access_flags = v->dev.profile == VB_RC ? PT_IBV_ACCESS_REMOTE_READ |
+                                                      PT_IBV_ACCESS_REMOTE_WRITE |
+                                                      PT_IBV_ACCESS_REMOTE_ATOMIC
+                                                : PT_IBV_ACCESS_REMOTE_WRITE;
+    if (v->dev.lib->modify_qp(qp, &a, PT_IBV_QP_STATE | PT_IBV_QP_PKEY_INDEX | PT_IBV_QP_PORT |
+                                          PT_IBV_QP_ACCESS_FLAGS) != 0) {
+        v->dev.lib->destroy_qp(qp);
+        return NULL;
+    }
+    return qp;
+}
+
+/* INIT -> RTR -> RTS towards the peer's queue pair qpn at gid. */
+static pt_status_t qp_connect(pt_verbs_t *v, pt_ibv_qp_t *qp, int port, int gid_index,
+                              uint32_t qpn, const uint8_t gid[16], int mtu)
+{
+    const pt_verbs_lib_t *lib = v->dev.lib;
+    int rc = v->dev.profile == VB_RC;
+    pt_ibv_qp_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = PT_IBV_QPS_RTR;
+    a.path_mtu = mtu < v->dev.mtu ? mtu : v->dev.mtu;
+    a.dest_qp_num = qpn;
+    a.max_dest_rd_atomic = rc ? 4 : 0;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
+    a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = (uint8_t)port;
+    int mask = PT_IBV_QP_STATE | PT_IBV_QP_AV | PT_IBV_QP_PATH_MTU | PT_IBV_QP_DEST_QPN |
+               PT_IBV_QP_RQ_PSN;
+    if (rc)
+        mask |= PT_IBV_QP_MAX_DEST_RD_ATOMIC | PT_IBV_QP_MIN_RNR_TIMER;
+    if (lib->modify_qp(qp, &a, mask) != 0)
+        return PT_ERR_SYS;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = PT_IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = rc ? 4 : 0;
+    mask = PT_IBV_QP_STATE | PT_IBV_QP_SQ_PSN;
+    if (rc)
+        mask |= PT_IBV_QP_TIMEOUT | PT_IBV_QP_RETRY_CNT | PT_IBV_QP_RNR_RETRY |
+                PT_IBV_QP_MAX_QP_RD_ATOMIC;
+    return lib->modify_qp(qp, &a, mask) == 0 ? PT_OK : PT_ERR_SYS;
+}
+
 pt_status_t pt_ctx_verbs_local(pt_ctx_t *ctx, int rank, void *info, size_t *len)
 {
     if (!ctx || rank < 0 || rank >= ctx->size || rank == ctx->rank || !info || !len ||
@@ -268,27 +330,21 @@ pt_status_t pt_ctx_verbs_local(pt_ctx_t *ctx, int rank, void *info, size_t *len)
     vb_peer_t *p = &v->peers[rank];
     if (p->qp)
         return PT_ERR_INVALID; /* one queue pair per peer */
-    int depth = sq_depth(v);
-    pt_ibv_qp_init_attr_t ia = {
-        .send_cq = v->scq, .recv_cq = v->rcq,
-        .qp_type = v->dev.profile == VB_RC ? PT_IBV_QPT_RC : PT_IBV_QPT_UC,
-        .cap = {.max_send_wr = (uint32_t)depth, .max_recv_wr = VB_RECV, .max_send_sge = 1,
-                .max_recv_sge = 1, .max_inline_data = v->dev.profile == VB_RC ? VB_INLINE : 0}};
-    p->qp = v->dev.lib->create_qp(v->dev.pd, &ia);
+    p->qp = qp_make(v, v->dev.port);
     if (!p->qp)
         return PT_ERR_SYS;
-    pt_ibv_qp_attr_t a = {.qp_state = PT_IBV_QPS_INIT, .port_num = (uint8_t)v->dev.port};
-    a.qp_access_flags = v->dev.profile == VB_RC ? PT_IBV_ACCESS_REMOTE_READ |
-                                                      PT_IBV_ACCESS_REMOTE_WRITE |
-                                                      PT_IBV_ACCESS_REMOTE_ATOMIC
-                                                : PT_IBV_ACCESS_REMOTE_WRITE;
-    if (v->dev.lib->modify_qp(p->qp, &a, PT_IBV_QP_STATE | PT_IBV_QP_PKEY_INDEX |
-                                             PT_IBV_QP_PORT | PT_IBV_QP_ACCESS_FLAGS) != 0)
-        return PT_ERR_SYS;
+    /* a second rail where the device has a second active port (rc: striped transfers) */
+    if (v->dev.port2 && v->dev.profile == VB_RC)
+        p->qp2 = qp_make(v, v->dev.port2);
     vb_info_t out = {.magic = VB_INFO_MAGIC, .qpn = p->qp->qp_num,
                      .profile = (uint32_t)v->dev.profile, .port = (uint32_t)v->dev.port,
                      .mtu = (uint32_t)v->dev.mtu, .gid_index = (uint32_t)v->dev.gid_index};
     memcpy(out.gid, v->dev.gid.raw, 16);
+    if (p->qp2) {
+        out.qpn2 = p->qp2->qp_num;
+        out.port2 = (uint32_t)v->dev.port2;
+        memcpy(out.gid2, v->dev.gid2.raw, 16);
+    }
     memcpy(info, &out, sizeof(out));
     *len = sizeof(out);
     return PT_OK;
@@ -305,37 +361,14 @@ pt_status_t pt_ctx_connect_verbs(pt_ctx_t *ctx, int rank, const void *info, size
     memcpy(&in, info, sizeof(in));
     if (!p->qp || in.magic != VB_INFO_MAGIC || in.profile != (uint32_t)v->dev.profile)
         return PT_ERR_INVALID; /* (profiles differ: the caller falls back to tcp) */
-    const pt_verbs_lib_t *lib = v->dev.lib;
-    pt_ibv_qp_attr_t a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = PT_IBV_QPS_RTR;
-    a.path_mtu = (int)in.mtu < v->dev.mtu ? (int)in.mtu : v->dev.mtu;
-    a.dest_qp_num = in.qpn;
-    a.max_dest_rd_atomic = v->dev.profile == VB_RC ? 4 : 0;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    memcpy(a.ah_attr.grh.dgid.raw, in.gid, 16);
-    a.ah_attr.grh.sgid_index = (uint8_t)v->dev.gid_index;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = (uint8_t)v->dev.port;
-    int mask = PT_IBV_QP_STATE | PT_IBV_QP_AV | PT_IBV_QP_PATH_MTU | PT_IBV_QP_DEST_QPN |
-               PT_IBV_QP_RQ_PSN;
-    if (v->dev.profile == VB_RC)
-        mask |= PT_IBV_QP_MAX_DEST_RD_ATOMIC | PT_IBV_QP_MIN_RNR_TIMER;
-    if (lib->modify_qp(p->qp, &a, mask) != 0)
-        return PT_ERR_SYS;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = PT_IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = v->dev.profile == VB_RC ? 4 : 0;
-    mask = PT_IBV_QP_STATE | PT_IBV_QP_SQ_PSN;
-    if (v->dev.profile == VB_RC)
-        mask |= PT_IBV_QP_TIMEOUT | PT_IBV_QP_RETRY_CNT | PT_IBV_QP_RNR_RETRY |
-                PT_IBV_QP_MAX_QP_RD_ATOMIC;
-    if (lib->modify_qp(p->qp, &a, mask) != 0)
-        return PT_ERR_SYS;
+    pt_status_t st = qp_connect(v, p->qp, v->dev.port, v->dev.gid_index, in.qpn, in.gid,
+                                (int)in.mtu);
+    if (st != PT_OK)
+        return st;
+    /* the second rail only where both ends have one; else it is never used */
+    if (p->qp2 && in.qpn2)
+        p->qp2_up = qp_connect(v, p->qp2, v->dev.port2, v->dev.gid_index2, in.qpn2, in.gid2,
+                               (int)in.mtu) == PT_OK;
     /* receives only now, in RTS (Thunderbolt RDMA refuses them before) */
     for (int i = 0; i < VB_RECV; i++)
         if (post_recv(v, p, i) != PT_OK)
@@ -490,16 +523,17 @@ pt_status_t pt__verbs_reply(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void
     return send_frame(ctx, p, h, payload, plen);
 }
 
-pt_status_t pt__verbs_rdma(pt_ctx_t *ctx, vb_peer_t *p, pt_ibv_send_wr_t *wrs, int n)
+pt_status_t pt__verbs_rdma_start(pt_ctx_t *ctx, vb_peer_t *p, int rail, pt_ibv_send_wr_t *wrs,
+                                 int n, vb_wait_t *w)
 {
     pt_verbs_t *v = ctx->verbs;
-    vb_wait_t w;
-    memset(&w, 0, sizeof(w));
+    memset(w, 0, sizeof(*w));
     pt_status_t st = PT_OK;
     int depth = sq_depth(v);
     pthread_mutex_lock(&p->lock);
+    int *used = rail ? &p->sq_used2 : &p->sq_used;
     int s = -1;
-    WAIT_UNTIL(ctx, p, p->sq_used + n <= depth && (s = take_slot(p, &w)) >= 0, st);
+    WAIT_UNTIL(ctx, p, *used + n <= depth && (s = take_slot(p, w)) >= 0, st);
     if (st != PT_OK || s < 0) {
         pthread_mutex_unlock(&p->lock);
         return st != PT_OK ? st : p->fail;
@@ -511,13 +545,14 @@ pt_status_t pt__verbs_rdma(pt_ctx_t *ctx, vb_peer_t *p, pt_ibv_send_wr_t *wrs, i
         wrs[i].wr_id = 0;
     }
     wrs[n - 1].send_flags |= PT_IBV_SEND_SIGNALED;
-    w.wr_id = wrs[n - 1].wr_id = WRID(p->rank, s, 3);
-    w.nwr = n;
-    p->sq_used += n;
+    w->wr_id = wrs[n - 1].wr_id = WRID(p->rank, s, 3);
+    w->nwr = n;
+    w->rail = rail;
+    *used += n;
     pt_ibv_send_wr_t *bad = NULL;
-    int rc = pt_ibv_post_send(p->qp, wrs, &bad);
+    int rc = pt_ibv_post_send(rail ? p->qp2 : p->qp, wrs, &bad);
     if (rc) {
-        p->sq_used -= n;
+        *used -= n;
         p->slots[s] = NULL;
     }
     pthread_mutex_unlock(&p->lock);
@@ -525,7 +560,14 @@ pt_status_t pt__verbs_rdma(pt_ctx_t *ctx, vb_peer_t *p, pt_ibv_send_wr_t *wrs, i
         pt__verbs_peer_fail(ctx, p, PT_ERR_PEER_LOST);
         return PT_ERR_PEER_LOST;
     }
-    return pt__verbs_wait(ctx, p, &w);
+    return PT_OK;
+}
+
+pt_status_t pt__verbs_rdma(pt_ctx_t *ctx, vb_peer_t *p, pt_ibv_send_wr_t *wrs, int n)
+{
+    vb_wait_t w;
+    pt_status_t st = pt__verbs_rdma_start(ctx, p, 0, wrs, n, &w);
+    return st != PT_OK ? st : pt__verbs_wait(ctx, p, &w);
 }
 
 /* pt_ctx_destroy: the poller stops; every peer's waiters fail (closed). */
@@ -550,8 +592,11 @@ void pt__verbs_release(pt_ctx_t *ctx)
         return;
     const pt_verbs_lib_t *lib = v->dev.lib;
     for (int r = 0; r < ctx->size; r++)
-        if (v->peers[r].qp)
-            lib->destroy_qp(v->peers[r].qp); /* (never moved to ERR first) */
+        for (int k = 0; k < 2; k++) {
+            pt_ibv_qp_t *qp = k ? v->peers[r].qp2 : v->peers[r].qp;
+            if (qp)
+                lib->destroy_qp(qp); /* (never moved to ERR first) */
+        }
     for (int k = 0; k < PT_MAX_REGS; k++)
         if (v->mrs[k].mr)
             lib->dereg_mr(v->mrs[k].mr);
@@ -567,10 +612,17 @@ void pt__verbs_release(pt_ctx_t *ctx)
 
 const char *pt_ctx_verbs_device(pt_ctx_t *ctx)
 {
-    static _Thread_local char buf[96];
+    static _Thread_local char buf[128];
     if (!ctx || !ctx->verbs)
         return NULL;
-    snprintf(buf, sizeof(buf), "%s %d %d", ctx->verbs->dev.name, ctx->verbs->dev.port,
-             ctx->verbs->dev.gid_index);
+    pt_verbs_t *v = ctx->verbs;
+    int rails = 1;
+    uint64_t striped = 0;
+    for (int r = 0; r < ctx->size; r++) {
+        rails = v->peers[r].qp2_up ? 2 : rails;
+        striped += v->peers[r].striped;
+    }
+    snprintf(buf, sizeof(buf), "%s %d %d rails=%d striped=%llu", v->dev.name, v->dev.port,
+             v->dev.gid_index, rails, (unsigned long long)striped);
     return buf;
 }

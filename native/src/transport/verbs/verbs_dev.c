@@ -217,6 +217,23 @@ pt_status_t pt__verbs_dev_open(vb_dev_t *d, char *why, size_t whylen)
     lib->free_device_list(list);
     if (st != PT_OK)
         return st;
+    /* a second active port of the same device with a usable GID: a second rail
+     * ($POOLTENSOR_VERBS_RAILS=1: one only) */
+    const char *rails = getenv("POOLTENSOR_VERBS_RAILS");
+    for (int port = 1; port <= d->attr.phys_port_cnt && !(rails && atoi(rails) == 1); port++) {
+        pt_ibv_port_attr_t pa;
+        memset(&pa, 0, sizeof(pa));
+        if (port == d->port || lib->query_port(d->ctx, (uint8_t)port, &pa) != 0 ||
+            pa.state != PT_IBV_PORT_ACTIVE || pa.link_layer != d->link_layer)
+            continue;
+        int type = -1;
+        int gi = best_gid(lib, d->ctx, d->name, port, &pa, &d->gid2, &type);
+        if (gi >= 0) {
+            d->port2 = port;
+            d->gid_index2 = gi;
+            break;
+        }
+    }
     d->pd = lib->alloc_pd(d->ctx);
     if (!d->pd) {
         snprintf(why, whylen, "%s: cannot allocate a protection domain", d->name);
@@ -330,8 +347,8 @@ pt_status_t pt_verbs_probe(char *buf, size_t len)
     vb_dev_t d;
     char why[256];
     if (pt__verbs_dev_open(&d, why, sizeof(why)) == PT_OK) {
-        OUT("chosen %s %d %d profile=%s\n", d.name, d.port, d.gid_index,
-            d.profile == VB_RC ? "rc" : "uc-send");
+        OUT("chosen %s %d %d profile=%s rails=%d\n", d.name, d.port, d.gid_index,
+            d.profile == VB_RC ? "rc" : "uc-send", d.port2 && d.profile == VB_RC ? 2 : 1);
         pt__verbs_dev_close(&d);
     } else {
         OUT("error %s\n", why);

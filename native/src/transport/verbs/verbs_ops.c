@@ -241,7 +241,21 @@ static pt_status_t rc_transfer(pt_ctx_t *ctx, vb_peer_t *p, uint64_t key, uint64
             wr[n].wr.rdma.remote_addr = r.addr + off + done + k;
             wr[n].wr.rdma.rkey = (uint32_t)r.rkey;
         }
-        st = pt__verbs_rdma(ctx, p, wr, n);
+        if (p->qp2_up && part >= VB_STRIPE) {
+            /* two rails: the first half of the chunks on one, the rest on the other */
+            vb_wait_t w0, w1;
+            int h = n / 2;
+            st = pt__verbs_rdma_start(ctx, p, 0, wr, h, &w0);
+            pt_status_t s1 = pt__verbs_rdma_start(ctx, p, 1, wr + h, n - h, &w1);
+            if (st == PT_OK)
+                st = pt__verbs_wait(ctx, p, &w0);
+            if (s1 == PT_OK)
+                s1 = pt__verbs_wait(ctx, p, &w1);
+            st = st != PT_OK ? st : s1;
+            p->striped++;
+        } else {
+            st = pt__verbs_rdma(ctx, p, wr, n);
+        }
         if (st == PT_OK && !write)
             memcpy(buf + done, p->bounce, part);
         done += part;
