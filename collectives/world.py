@@ -193,6 +193,12 @@ class World(LocalMemory):
             bad = [r for r in range(self.size) if not fabrics[r]]
             if bad:
                 r = bad[0]
+                # every rank has read the records before rank 0 (the store) raises and leaves
+                key, deadline = "verbs/refused", time.monotonic() + min(self.timeout, 10.0)
+                n = self._store.add(key, 1)
+                while self.rank == 0 and n < self.size and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    n = self._store.add(key, 0)
                 raise TransportError(f"POOLTENSOR_TRANSPORT=verbs, but rank {r} "
                                      f"({self.hosts[r]}) cannot use verbs: {every[r]['why']}",
                                      rank=r, host=self.hosts[r])

@@ -2,7 +2,7 @@
 
     pooltensor serve --memory 8GiB [--listen 127.0.0.1:7000] [--secret-file F]
                      [--data-port P] [--allow-code]
-    pooltensor doctor
+    pooltensor doctor [--listen HOST:PORT | --peer HOST:PORT [--quick]]
 
 Unknown options and malformed values are errors (status 2), reported in one line.
 """
@@ -34,7 +34,7 @@ def _parser():
                    help="also run code that authenticated clients send (pooltensor.map_blocks "
                         "functions); without it the server computes only numpy's operations "
                         "on the slabs it holds")
-    sub.add_parser(
+    d = sub.add_parser(
         "doctor", help="what this machine offers pooltensor (RDMA devices, ports, GIDs), and "
                        "what to do about what is wrong",
         description="Check this machine: the verbs library, RDMA devices, ports and their "
@@ -43,6 +43,13 @@ def _parser():
                     "RDMA not enabled on macOS, no IPv4 address on a Thunderbolt port, "
                     "Thunderbolt Bridge still present, port down). Exit status 1 when a "
                     "device is present but unusable.")
+    d.add_argument("--listen", metavar="HOST:PORT",
+                   help="pair self-test, passive end: wait at HOST:PORT for `pooltensor doctor "
+                        "--peer HOST:PORT` on another machine")
+    d.add_argument("--peer", metavar="HOST:PORT",
+                   help="pair self-test, measuring end: join the --listen end at HOST:PORT "
+                        "over verbs; latency P50/P99 and bandwidth 4 KiB .. 64 MiB")
+    d.add_argument("--quick", action="store_true", help="pair self-test: up to 1 MiB, briefly")
     return p
 
 
@@ -54,7 +61,12 @@ def main(argv=None):
         p.print_help(sys.stderr)
         return 2
     if args.command == "doctor":
-        from .doctor import run
+        from .doctor import pair, run
+        if args.listen and args.peer:
+            p.error("doctor: --listen or --peer, not both")
+        if args.listen or args.peer:
+            return pair("listen" if args.listen else "peer", args.listen or args.peer,
+                        args.quick)
         return run()
     if args.command == "serve":
         from .pool.serve import parse_bytes, serve

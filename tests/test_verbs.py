@@ -153,6 +153,46 @@ def test_doctor_no_ipv4_on_thunderbolt(fake_lib, tmp_path):
     assert "give its interface an IPv4 address" in p.stdout and "[fail]" in p.stdout
 
 
+def _pair(env, port):
+    listen = subprocess.Popen([sys.executable, "-m", "pooltensor", "doctor", "--listen",
+                               f"127.0.0.1:{port}"], env={**os.environ, **env},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        peer = subprocess.run([sys.executable, "-m", "pooltensor", "doctor", "--peer",
+                               f"127.0.0.1:{port}", "--quick"], env={**os.environ, **env},
+                              capture_output=True, text=True, timeout=120)
+        out, _ = listen.communicate(timeout=60)
+    finally:
+        listen.kill()
+    return listen.returncode, out, peer
+
+
+def _free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_doctor_pair_self_test(fake_lib, tmp_path):
+    env = {"POOLTENSOR_VERBS_LIB": fake_lib, "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "f"),
+           "POOLTENSOR_TIMEOUT": "20"}
+    code, out, peer = _pair(env, _free_port())
+    assert code == 0 and peer.returncode == 0, out + peer.stdout + peer.stderr
+    assert "8 B get latency: P50" in peer.stdout and "1024 KiB: get" in peer.stdout
+    assert "say nothing about hardware" in peer.stdout
+
+
+def test_doctor_pair_self_test_without_verbs_fails_clearly():
+    env = {"POOLTENSOR_VERBS_LIB": "/nonexistent/libibverbs.so.1", "POOLTENSOR_TIMEOUT": "20"}
+    code, out, peer = _pair(env, _free_port())
+    assert code == 1 and peer.returncode == 1
+    for text in (out, peer.stdout):
+        assert "[fail] pair test" in text and "cannot use verbs" in text, text
+
+
 # ---- the choice per peer -------------------------------------------------------------------
 
 def test_choice_per_peer():
