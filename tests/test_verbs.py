@@ -18,6 +18,7 @@ import pytest
 
 from collectives import transport
 from conftest import check_ranks, run_ranks
+from netns import netns  # noqa: F401  (the session fixture: skips without namespaces)
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "fakeverbs"
@@ -236,6 +237,14 @@ def test_windows_over_verbs(fake_lib, tmp_path, profile, n):
     assert p.stdout.count("refusals ok") == n
 
 
+def test_verbs_atomics_where_the_device_has_coherent_ones(fake_lib, tmp_path):
+    """atomic_cap GLOB: fetch_add / compare_swap as RDMA atomics (the provider counts them);
+    with HCA (the default above) they are served at the target."""
+    env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_ATOMICS="glob")
+    p = check_ranks("launch", 3, "verbs_window.py", "rc", env=env, timeout=150)
+    assert p.stdout.count("verbs window ok") == 3
+
+
 def test_two_rails_stripe_large_transfers(fake_lib, tmp_path):
     """Two active ports (two cables): large transfers go half over each rail."""
     env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_PORTS="2")
@@ -266,3 +275,18 @@ def test_fault_is_a_typed_error_and_the_next_operation_works(fake_lib, tmp_path,
     p = check_ranks("launch", 2, "verbs_faults.py", kind, env=env, timeout=90)
     assert p.stdout.count("fault ok") == 2, p.stdout
     assert f"rank 0: {kind} -> " in p.stdout and "then tcp" in p.stdout
+
+
+# ---- across hosts (network namespaces): the choice per peer for real ---------------------
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("lib", ["fake", "absent"])
+def test_choice_across_hosts(netns, fake_lib, tmp_path, lib):
+    """Two ranks on one host, one on another: shared memory inside, and between the hosts
+    verbs where both have it, else tcp with describe()'s one line saying why."""
+    from test_netns import check_ns_ranks
+    env = {"POOLTENSOR_VERBS_LIB": fake_lib if lib == "fake" else "/nonexistent/libibverbs.so.1",
+           "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "fabric"), "POOLTENSOR_TIMEOUT": "30"}
+    outs = check_ns_ranks([0, 0, 1], "verbs_hosts.py", "0,0,1",
+                          "verbs" if lib == "fake" else "tcp", env=env)
+    assert all("hosts ok" in o for o in outs), outs

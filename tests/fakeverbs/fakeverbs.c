@@ -17,6 +17,9 @@
  *         memory regions per device, no post_recv before RTS, no move to ERR before destroy,
  *         GID 1 is the IPv4-mapped one (absent with $POOLTENSOR_FAKEVERBS_IPV4=0), port 1 is
  *         down and the link is on port 2.
+ * rc with $POOLTENSOR_FAKEVERBS_ATOMICS=glob reports atomic_cap GLOB, so that the transport
+ * uses verbs atomics: they are then atomic among the fabric's atomics only (not against the
+ * target's own CPU), so a test that uses it must not mix the two on one word.
  * Both: $POOLTENSOR_FAKEVERBS_PORTS=2 gives two active ports (two rails);
  * $POOLTENSOR_FAKEVERBS_DEVICES=0 gives no device at all. Send queue slots are freed only when
  * a signalled completion covering them is polled (selective signalling must be bounded).
@@ -95,6 +98,7 @@ typedef struct {
     pthread_mutex_t lock;
     uint32_t next_key, next_qpn;
     int fail_pid, fail_left;
+    uint64_t atomics;                 /* atomic work requests carried out (tests) */
     fv_qp_t qp[FV_MAX_QP];
     fv_cq_t cq[FV_MAX_CQ];
     fv_mr_t mr[FV_MAX_MR];
@@ -243,7 +247,10 @@ int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
     a->max_pd = 64;
     a->max_qp_rd_atom = apple ? 0 : 16;
     a->max_qp_init_rd_atom = apple ? 0 : 16;
-    a->atomic_cap = apple ? IBV_ATOMIC_NONE : IBV_ATOMIC_HCA;
+    const char *atom = getenv("POOLTENSOR_FAKEVERBS_ATOMICS");
+    a->atomic_cap = apple                              ? IBV_ATOMIC_NONE
+                    : atom && strcmp(atom, "glob") == 0 ? IBV_ATOMIC_GLOB
+                                                        : IBV_ATOMIC_HCA;
     a->phys_port_cnt = apple ? 2 : (uint8_t)nports;
     a->vendor_id = apple ? 0x106b : 0x15b3;
     return 0;
@@ -685,6 +692,7 @@ static int execute(fv_qp_t *q, const struct ibv_send_wr *wr, uint32_t *byte_len)
         return IBV_WC_SUCCESS;
     }
     /* atomics: 8 bytes, 8-aligned, atomic among this fabric's atomics (lock held) */
+    fab->atomics++;
     uint64_t ra = wr->wr.atomic.remote_addr, old, val;
     if (total != 8 || (ra & 7) ||
         !mr_ok(d->pid, wr->wr.atomic.rkey, ra, 8, IBV_ACCESS_REMOTE_ATOMIC))
@@ -828,4 +836,11 @@ int fakeverbs_fault(int kind, int pid, int n)
     }
     unlock();
     return 0;
+}
+
+/* Atomic work requests carried out on the whole fabric so far (tests). */
+unsigned long long fakeverbs_atomics(void)
+{
+    pthread_once(&once, setup);
+    return fab ? (unsigned long long)fab->atomics : 0;
 }

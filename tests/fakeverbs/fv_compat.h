@@ -35,6 +35,7 @@ struct pt_ibv_comp_channel;
 typedef struct pt_ibv_port_attr fv_port_attr_arg;
 #define IBV_ATOMIC_NONE PT_IBV_ATOMIC_NONE
 #define IBV_ATOMIC_HCA PT_IBV_ATOMIC_HCA
+#define IBV_ATOMIC_GLOB PT_IBV_ATOMIC_GLOB
 #define IBV_MTU_1024 PT_IBV_MTU_1024
 #define IBV_MTU_4096 PT_IBV_MTU_4096
 #define IBV_PORT_DOWN PT_IBV_PORT_DOWN

@@ -3,6 +3,8 @@ POOLTENSOR_TRANSPORT=verbs, POOLTENSOR_VERBS_LIB=tests/fakeverbs' library and a 
 size from 0 to 8 MiB both ways, unaligned offsets, many requests in flight, atomics,
 notify/wait, put_notify, put_indexed, and what describe() says. It checks our verbs logic,
 not hardware. argv[1]: the profile describe() must show (rc or uc-send)."""
+import ctypes
+import os
 import sys
 
 import numpy as np
@@ -95,5 +97,10 @@ assert win.attach(right, 0, 16) is None, "attach over verbs must not map anythin
 world.barrier()
 ctr.close()
 win.close()
+if os.environ.get("POOLTENSOR_FAKEVERBS_ATOMICS") == "glob":
+    # the device's atomics are coherent (GLOB): fetch_add and compare_swap went as verbs atomics
+    fake = ctypes.CDLL(os.environ["POOLTENSOR_VERBS_LIB"])
+    fake.fakeverbs_atomics.restype = ctypes.c_ulonglong
+    assert fake.fakeverbs_atomics() >= 50 * (size - 1), fake.fakeverbs_atomics()
 print(f"rank {rank}: device {world._ctx.verbs_info()[1]}", flush=True)
 print(f"rank {rank}: verbs window ok", flush=True)
