@@ -265,6 +265,14 @@ def test_collectives_over_verbs(fake_lib, tmp_path, profile, n):
     assert p.stdout.count("coll ok") == n, p.stdout[-3000:]
 
 
+def test_pool_over_verbs(fake_lib, tmp_path):
+    """The pool's SPMD checks (hypothesis against numpy) with every member reached over verbs."""
+    p = check_ranks("launch", 3, "pool_spmd.py", "40",
+                    env=verbs_env(fake_lib, "apple", tmp_path, POOLTENSOR_TIMEOUT="30"),
+                    timeout=200)
+    assert p.stdout.count("pool spmd ok") == 3, p.stdout
+
+
 # ---- faults --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["fail", "flush", "silent", "qperr"])
