@@ -99,6 +99,7 @@ typedef struct {
     uint32_t next_key, next_qpn;
     int fail_pid, fail_left;
     uint64_t atomics;                 /* atomic work requests carried out (tests) */
+    uint64_t write_imm;               /* WRITE_WITH_IMM work requests delivered (tests) */
     fv_qp_t qp[FV_MAX_QP];
     fv_cq_t cq[FV_MAX_CQ];
     fv_mr_t mr[FV_MAX_MR];
@@ -658,6 +659,7 @@ static int execute(fv_qp_t *q, const struct ibv_send_wr *wr, uint32_t *byte_len)
             if (move(d->pid, wr->sg_list, wr->num_sge, wr->wr.rdma.remote_addr, total, 1))
                 return IBV_WC_REM_ACCESS_ERR;
             w.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+            fab->write_imm++;
         } else {
             w.opcode = IBV_WC_RECV;
             int bad = total > r->len || !mr_ok(d->pid, r->lkey, r->addr, total,
@@ -843,4 +845,11 @@ unsigned long long fakeverbs_atomics(void)
 {
     pthread_once(&once, setup);
     return fab ? (unsigned long long)fab->atomics : 0;
+}
+
+/* WRITE_WITH_IMM work requests delivered on the whole fabric so far (tests). */
+unsigned long long fakeverbs_write_imm(void)
+{
+    pthread_once(&once, setup);
+    return fab ? (unsigned long long)fab->write_imm : 0;
 }

@@ -97,9 +97,14 @@ assert win.attach(right, 0, 16) is None, "attach over verbs must not map anythin
 world.barrier()
 ctr.close()
 win.close()
+fake = ctypes.CDLL(os.environ["POOLTENSOR_VERBS_LIB"])
+fake.fakeverbs_write_imm.restype = ctypes.c_ulonglong
+if sys.argv[1] == "rc":   # notify and put_notify's counter went as WRITE_WITH_IMM
+    assert fake.fakeverbs_write_imm() >= size * (size - 1), fake.fakeverbs_write_imm()
+else:                     # Thunderbolt RDMA: SEND/RECV only
+    assert fake.fakeverbs_write_imm() == 0, fake.fakeverbs_write_imm()
 if os.environ.get("POOLTENSOR_FAKEVERBS_ATOMICS") == "glob":
     # the device's atomics are coherent (GLOB): fetch_add and compare_swap went as verbs atomics
-    fake = ctypes.CDLL(os.environ["POOLTENSOR_VERBS_LIB"])
     fake.fakeverbs_atomics.restype = ctypes.c_ulonglong
     assert fake.fakeverbs_atomics() >= 50 * (size - 1), fake.fakeverbs_atomics()
 print(f"rank {rank}: device {world._ctx.verbs_info()[1]}", flush=True)

@@ -33,7 +33,9 @@
 
 enum { VB_RC = 1, VB_UC = 2 };
 
-/* Message operations (a reply is op | VB_REPLY). */
+/* Message operations (a reply is op | VB_REPLY). In the rc profile a notify request is
+ * written into the peer's notify slots with WRITE_WITH_IMM (the slot in the immediate); every
+ * other message is a SEND. */
 enum {
     VB_RESOLVE = 1, VB_GET, VB_PUT, VB_FADD, VB_CSWAP, VB_NOTIFY, VB_REPLY = 0x80
 };
@@ -55,6 +57,8 @@ typedef struct {
     uint32_t mtu, gid_index;
     uint32_t qpn2, port2;          /* a second rail (rc), or qpn2 = 0 */
     uint8_t gid2[16];
+    uint64_t imm_addr;             /* rc: where our notify requests to it are written */
+    uint32_t imm_rkey, pad;
 } vb_info_t;
 
 typedef struct {
@@ -98,6 +102,12 @@ typedef struct vb_peer {
     pthread_mutex_t lock;          /* the fields below, and the send queue */
     pthread_mutex_t op_lock;       /* one rc bulk transfer at a time (the bounce buffer) */
     uint8_t *recv, *send, *bounce; /* in the context's staging region */
+    /* rc: the peer writes its notify requests into imm (slot i at frame i) with
+     * WRITE_WITH_IMM, the slot in the immediate; we write ours at rimm_addr */
+    uint8_t *imm;
+    pt_ibv_mr_t *imm_mr;
+    uint64_t rimm_addr;
+    uint32_t rimm_rkey;
     int send_free[VB_SEND], nfree;
     int sq_used, sq_used2;         /* work requests posted, not yet completed (per rail) */
     int inflight;                  /* requests awaiting a reply */
@@ -112,6 +122,7 @@ typedef struct pt_verbs {
     pt_ibv_mr_t *stage_mr;
     uint8_t *stage;
     size_t stage_len;
+    uint8_t *imm;                  /* rc: every peer's notify slots (VB_SLOTS frames each) */
     vb_peer_t *peers;              /* by rank */
     pthread_mutex_t poll_lock;
     pthread_t thread;

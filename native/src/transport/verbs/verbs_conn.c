@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <arpa/inet.h>
+
 #include "transport/verbs/verbs.h"
 
 #define VB_INFO_MAGIC 0x70747662u
@@ -109,6 +111,14 @@ static void on_recv(pt_ctx_t *ctx, pt_verbs_t *v, const pt_ibv_wc_t *wc)
     if (!atomic_load(&p->up))
         return;
     const uint8_t *f = p->recv + (size_t)idx * VB_FRAME;
+    if (wc->opcode == PT_IBV_WC_RECV_RDMA_WITH_IMM) { /* a request written into a slot */
+        if (!p->imm || !(wc->wc_flags & PT_IBV_WC_WITH_IMM)) {
+            post_recv(v, p, idx);
+            pt__verbs_peer_fail(ctx, p, PT_ERR_PEER_LOST);
+            return;
+        }
+        f = p->imm + (size_t)(ntohl(wc->imm_data) % VB_SLOTS) * VB_FRAME;
+    }
     vb_hdr_t h;
     memcpy(&h, f, sizeof(h));
     int carries = h.op == VB_PUT || h.op == (VB_GET | VB_REPLY); /* a payload of h.len */
@@ -214,6 +224,9 @@ pt_verbs_t *pt__verbs_get(pt_ctx_t *ctx, pt_status_t *st)
     v->stage_mr = lib->reg_mr(v->dev.pd, v->stage, v->stage_len, PT_IBV_ACCESS_LOCAL_WRITE);
     if (!v->stage_mr)
         goto err_stage;
+    if (v->dev.profile == VB_RC &&
+        posix_memalign((void **)&v->imm, 4096, (size_t)ctx->size * VB_SLOTS * VB_FRAME) != 0)
+        v->imm = NULL; /* (then notifies go as SENDs) */
     v->peers = calloc((size_t)ctx->size, sizeof(vb_peer_t));
     if (!v->peers)
         goto err_mr;
@@ -242,6 +255,7 @@ pt_verbs_t *pt__verbs_get(pt_ctx_t *ctx, pt_status_t *st)
 err_peers:
     free(v->peers);
 err_mr:
+    free(v->imm);
     lib->dereg_mr(v->stage_mr);
 err_stage:
     free(v->stage);
@@ -340,6 +354,15 @@ pt_status_t pt_ctx_verbs_local(pt_ctx_t *ctx, int rank, void *info, size_t *len)
                      .profile = (uint32_t)v->dev.profile, .port = (uint32_t)v->dev.port,
                      .mtu = (uint32_t)v->dev.mtu, .gid_index = (uint32_t)v->dev.gid_index};
     memcpy(out.gid, v->dev.gid.raw, 16);
+    if (v->imm) { /* rc: this peer's notify slots, writable by it alone */
+        p->imm = v->imm + (size_t)rank * VB_SLOTS * VB_FRAME;
+        p->imm_mr = v->dev.lib->reg_mr(v->dev.pd, p->imm, (size_t)VB_SLOTS * VB_FRAME,
+                                       PT_IBV_ACCESS_LOCAL_WRITE | PT_IBV_ACCESS_REMOTE_WRITE);
+        if (p->imm_mr) {
+            out.imm_addr = (uint64_t)(uintptr_t)p->imm;
+            out.imm_rkey = p->imm_mr->rkey;
+        }
+    }
     if (p->qp2) {
         out.qpn2 = p->qp2->qp_num;
         out.port2 = (uint32_t)v->dev.port2;
@@ -365,6 +388,8 @@ pt_status_t pt_ctx_connect_verbs(pt_ctx_t *ctx, int rank, const void *info, size
                                 (int)in.mtu);
     if (st != PT_OK)
         return st;
+    p->rimm_addr = in.imm_addr;
+    p->rimm_rkey = in.imm_rkey;
     /* the second rail only where both ends have one; else it is never used */
     if (p->qp2 && in.qpn2)
         p->qp2_up = qp_connect(v, p->qp2, v->dev.port2, v->dev.gid_index2, in.qpn2, in.gid2,
@@ -444,7 +469,7 @@ static int take_slot(vb_peer_t *p, vb_wait_t *w)
 
 /* One frame out (request or reply). */
 static pt_status_t send_frame(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h,
-                              const void *payload, size_t plen)
+                              const void *payload, size_t plen, int imm_slot)
 {
     pt_verbs_t *v = ctx->verbs;
     pt_status_t st = PT_OK;
@@ -465,6 +490,13 @@ static pt_status_t send_frame(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h,
                         .lkey = v->stage_mr->lkey};
     pt_ibv_send_wr_t wr = {.wr_id = WRID(p->rank, f, 2), .sg_list = &sge, .num_sge = 1,
                            .opcode = PT_IBV_WR_SEND, .send_flags = PT_IBV_SEND_SIGNALED};
+    if (imm_slot >= 0) { /* rc: into the peer's notify slot; the immediate says which */
+        sge.length = (uint32_t)(sizeof(*h) + plen);
+        wr.opcode = PT_IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.imm_data = htonl((uint32_t)imm_slot);
+        wr.wr.rdma.remote_addr = p->rimm_addr + (uint64_t)imm_slot * VB_FRAME;
+        wr.wr.rdma.rkey = p->rimm_rkey;
+    }
     pt_ibv_send_wr_t *bad = NULL;
     p->sq_used++;
     int rc = pt_ibv_post_send(p->qp, &wr, &bad);
@@ -497,7 +529,8 @@ pt_status_t pt__verbs_start(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void
     w->id = h->id = (++p->next_id << 4) | (uint64_t)s;
     pthread_mutex_unlock(&p->lock);
     h->len = h->op == VB_PUT ? plen : h->len;
-    st = send_frame(ctx, p, h, payload, plen);
+    int imm = h->op == VB_NOTIFY && p->rimm_rkey ? s : -1;
+    st = send_frame(ctx, p, h, payload, plen, imm);
     if (st != PT_OK) {
         pthread_mutex_lock(&p->lock);
         if (p->slots[s] == w) {
@@ -520,7 +553,7 @@ pt_status_t pt__verbs_reply(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void
                             size_t plen)
 {
     h->op |= VB_REPLY;
-    return send_frame(ctx, p, h, payload, plen);
+    return send_frame(ctx, p, h, payload, plen, -1);
 }
 
 pt_status_t pt__verbs_rdma_start(pt_ctx_t *ctx, vb_peer_t *p, int rail, pt_ibv_send_wr_t *wrs,
@@ -600,6 +633,10 @@ void pt__verbs_release(pt_ctx_t *ctx)
     for (int k = 0; k < PT_MAX_REGS; k++)
         if (v->mrs[k].mr)
             lib->dereg_mr(v->mrs[k].mr);
+    for (int r = 0; r < ctx->size; r++)
+        if (v->peers[r].imm_mr)
+            lib->dereg_mr(v->peers[r].imm_mr);
+    free(v->imm);
     lib->dereg_mr(v->stage_mr);
     lib->destroy_cq(v->scq);
     lib->destroy_cq(v->rcq);
