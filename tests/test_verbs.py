@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from collectives import transport
-from conftest import check_ranks, run_ranks
+from conftest import check_ranks, run_env_ranks, run_ranks
 from netns import netns  # noqa: F401  (the session fixture: skips without namespaces)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,6 +271,17 @@ def test_pool_over_verbs(fake_lib, tmp_path):
                     env=verbs_env(fake_lib, "apple", tmp_path, POOLTENSOR_TIMEOUT="30"),
                     timeout=200)
     assert p.stdout.count("pool spmd ok") == 3, p.stdout
+
+
+@pytest.mark.parametrize("profile", ["rc", "apple"])
+def test_killed_rank_is_peer_lost_over_verbs(fake_lib, tmp_path, profile):
+    """tcp stays the liveness channel: a SIGKILLed peer is PeerLost, from the barrier and from
+    a get over verbs, within the timeout."""
+    import signal
+    codes, outs = run_env_ranks(3, "peer_killed.py", env=verbs_env(fake_lib, profile, tmp_path))
+    assert codes[-1] == -signal.SIGKILL, outs[-1]
+    for r in range(2):
+        assert codes[r] == 0 and "PeerLost after" in outs[r], f"rank {r}:\n{outs[r]}"
 
 
 # ---- faults --------------------------------------------------------------------------------
