@@ -93,6 +93,19 @@ def test_no_ipv4_gid_on_thunderbolt_is_refused(fake_lib, tmp_path):
     assert info["summary"]["fabric"] is None
 
 
+def test_device_and_gid_overrides(fake_lib, tmp_path):
+    base = {"POOLTENSOR_VERBS_LIB": fake_lib, "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "f"),
+            "POOLTENSOR_FAKEVERBS_PORTS": "2"}
+    info = probe_in({**base, "POOLTENSOR_VERBS_GID": "0"})        # link-local, asked for
+    assert info["chosen"]["gid"] == 0 and info["chosen"]["profile"] == "rc"
+    info = probe_in({**base, "POOLTENSOR_VERBS_DEVICE": "fakerc0:2"})
+    assert info["chosen"]["port"] == 2 and info["chosen"]["rails"] == 1
+    info = probe_in(base)
+    assert info["chosen"]["port"] == 1 and info["chosen"]["rails"] == 2
+    info = probe_in({**base, "POOLTENSOR_VERBS_DEVICE": "mlx5_9"})
+    assert info["chosen"] is None and "no active port" in info["error"]
+
+
 def test_library_absent_is_one_clear_line():
     info = probe_in({"POOLTENSOR_VERBS_LIB": "/nonexistent/libibverbs.so.1"})
     assert info["chosen"] is None and info["error"].startswith("no verbs library")

@@ -218,9 +218,10 @@ pt_status_t pt__verbs_dev_open(vb_dev_t *d, char *why, size_t whylen)
     if (st != PT_OK)
         return st;
     /* a second active port of the same device with a usable GID: a second rail
-     * ($POOLTENSOR_VERBS_RAILS=1: one only) */
+     * ($POOLTENSOR_VERBS_RAILS=1, or a port named in $POOLTENSOR_VERBS_DEVICE: one only) */
     const char *rails = getenv("POOLTENSOR_VERBS_RAILS");
-    for (int port = 1; port <= d->attr.phys_port_cnt && !(rails && atoi(rails) == 1); port++) {
+    int one = wport || (rails && atoi(rails) == 1);
+    for (int port = 1; port <= d->attr.phys_port_cnt && !one; port++) {
         pt_ibv_port_attr_t pa;
         memset(&pa, 0, sizeof(pa));
         if (port == d->port || lib->query_port(d->ctx, (uint8_t)port, &pa) != 0 ||
