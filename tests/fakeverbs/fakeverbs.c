@@ -67,7 +67,7 @@ typedef struct {
 typedef struct {
     int used, pid, type, state, port, silent;
     uint32_t qpn, dest_qpn;
-    int send_cq, recv_cq, max_send, max_recv, sig_all;
+    int send_cq, recv_cq, max_send, max_recv, sig_all, max_inline;
     int sq_used, sq_pending;          /* slots in use; unsignalled WRs since the last signal */
     uint32_t rq_head, rq_tail;
     fv_rwqe_t rq[FV_RQ];
@@ -506,6 +506,10 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
         q->max_send = (int)a->cap.max_send_wr;
         q->max_recv = (int)a->cap.max_recv_wr;
         q->sig_all = a->sq_sig_all;
+        /* inline sends: up to 256 bytes on rc, none on apple; what is granted is written back */
+        q->max_inline = apple ? 0 : (int)(a->cap.max_inline_data < 256 ? a->cap.max_inline_data
+                                                                         : 256);
+        a->cap.max_inline_data = (uint32_t)q->max_inline;
         h->qp.qp_num = q->qpn;
     }
     unlock();
@@ -742,7 +746,8 @@ static int fv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
                       (!apple && q->type == IBV_QPT_RC) ||
                       (!apple && (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM));
         if (q->state < IBV_QPS_RTS || !allowed || wr->num_sge > 4 || wr->num_sge < 0 ||
-            (apple && sge_total(wr) > (1u << 30))) {
+            (apple && sge_total(wr) > (1u << 30)) ||
+            ((wr->send_flags & IBV_SEND_INLINE) && sge_total(wr) > (uint64_t)q->max_inline)) {
             rc = EINVAL;
             break;
         }

@@ -120,6 +120,7 @@ typedef struct pt_verbs {
     vb_dev_t dev;
     pt_ibv_cq_t *scq, *rcq;
     pt_ibv_mr_t *stage_mr;
+    int inline_max;                /* rc: the inline size every queue pair was granted */
     uint8_t *stage;
     size_t stage_len;
     uint8_t *imm;                  /* rc: every peer's notify slots (VB_SLOTS frames each) */

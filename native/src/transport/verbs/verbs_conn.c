@@ -242,6 +242,7 @@ pt_verbs_t *pt__verbs_get(pt_ctx_t *ctx, pt_status_t *st)
         for (int i = 0; i < VB_SEND; i++)
             p->send_free[p->nfree++] = i;
     }
+    v->inline_max = VB_INLINE;
     pthread_mutex_init(&v->poll_lock, NULL);
     pthread_mutex_init(&v->mr_lock, NULL);
     ctx->verbs = v;
@@ -280,8 +281,15 @@ static pt_ibv_qp_t *qp_make(pt_verbs_t *v, int port)
         .cap = {.max_send_wr = (uint32_t)depth, .max_recv_wr = VB_RECV, .max_send_sge = 1,
                 .max_recv_sge = 1, .max_inline_data = v->dev.profile == VB_RC ? VB_INLINE : 0}};
     pt_ibv_qp_t *qp = v->dev.lib->create_qp(v->dev.pd, &ia);
+    if (!qp && ia.cap.max_inline_data) { /* a device without inline sends */
+        ia.cap.max_inline_data = 0;
+        qp = v->dev.lib->create_qp(v->dev.pd, &ia);
+    }
     if (!qp)
         return NULL;
+    /* the provider writes back what it granted: inline only up to that, on every pair */
+    if ((int)ia.cap.max_inline_data < v->inline_max)
+        v->inline_max = (int)ia.cap.max_inline_data;
     pt_ibv_qp_attr_t a = {.qp_state = PT_IBV_QPS_INIT, .port_num = (uint8_t)port};
     a.qp_access_flags = v->dev.profile == VB_RC ? PT_IBV_ACCESS_REMOTE_READ |
                                                       PT_IBV_ACCESS_REMOTE_WRITE |

@@ -214,7 +214,7 @@ static pt_status_t rc_transfer(pt_ctx_t *ctx, vb_peer_t *p, uint64_t key, uint64
     if (st != PT_OK || len == 0)
         return st;
     pt_verbs_t *v = ctx->verbs;
-    if (write && len <= VB_INLINE) { /* small: inline, straight from the caller's bytes */
+    if (write && (int)len <= v->inline_max) { /* small: inline, from the caller's bytes */
         pt_ibv_sge_t sge = {.addr = (uint64_t)(uintptr_t)buf, .length = (uint32_t)len};
         pt_ibv_send_wr_t wr = {.sg_list = &sge, .num_sge = 1, .opcode = PT_IBV_WR_RDMA_WRITE,
                                .send_flags = PT_IBV_SEND_INLINE};
