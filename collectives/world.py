@@ -229,7 +229,8 @@ class World(LocalMemory):
         self.allgather_object(True)
         info = self._ctx.verbs_info()
         if info and "rails=2" in info[1]:
-            self.verbs += ", 2 rails (transfers from 512 KiB striped over both)"
+            self.verbs += (", 2 rails (transfers from 512 KiB striped over both)"
+                           if info[0] == "rc" else ", 2 rails (messages alternate over both)")
 
     def _lost(self):
         """Dead peers, the first one seen first (the likely cause of the others' exits)."""

@@ -104,7 +104,8 @@ def check_verbs():
         rails = c.get("rails", 1)
         out.append(("ok", f"verbs would use {c['device']} port {c['port']} GID {c['gid']}, "
                           f"profile {c['profile']}"
-                          + (f", {rails} rails (large transfers striped)" if rails > 1 else "")))
+                          + (f", {rails} rails (transfers spread over both)" if rails > 1
+                             else "")))
     else:
         out.append(("fail", f"verbs: {info['error']}; between machines pooltensor uses tcp"))
     if _thunderbolt_bridge():

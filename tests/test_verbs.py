@@ -258,6 +258,16 @@ def test_verbs_atomics_where_the_device_has_coherent_ones(fake_lib, tmp_path):
     assert p.stdout.count("verbs window ok") == 3
 
 
+def test_uc_messages_alternate_over_two_rails(fake_lib, tmp_path):
+    """Two Thunderbolt cables: messages go over the rail with fewer in flight."""
+    env = verbs_env(fake_lib, "apple", tmp_path, POOLTENSOR_FAKEVERBS_PORTS="2")
+    p = check_ranks("launch", 3, "verbs_window.py", "uc-send", env=env, timeout=150)
+    assert p.stdout.count("verbs window ok") == 3
+    import re
+    on_second = [int(x) for x in re.findall(r"rails=2 striped=(\d+)", p.stdout)]
+    assert len(on_second) == 3 and all(x > 100 for x in on_second), p.stdout
+
+
 def test_two_rails_stripe_large_transfers(fake_lib, tmp_path):
     """Two active ports (two cables): large transfers go half over each rail."""
     env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_PORTS="2")

@@ -94,8 +94,10 @@ typedef struct {
 typedef struct vb_peer {
     int rank;
     pt_ibv_qp_t *qp;
-    pt_ibv_qp_t *qp2;              /* rc: the second rail, once connected on both ends */
+    pt_ibv_qp_t *qp2;              /* the second rail, once connected on both ends */
     int qp2_up;
+    int msg_rails;                 /* uc: 2 when messages alternate over both rails (each
+                                      rail then holds half the receives, half the window) */
     uint64_t striped;              /* bounce chunks sent over both rails (tests, stats) */
     _Atomic int up;                /* connected and not failed */
     pt_status_t fail;
@@ -110,7 +112,7 @@ typedef struct vb_peer {
     uint32_t rimm_rkey;
     int send_free[VB_SEND], nfree;
     int sq_used, sq_used2;         /* work requests posted, not yet completed (per rail) */
-    int inflight;                  /* requests awaiting a reply */
+    int inflight, inflight_rail[2];/* requests awaiting a reply (all, per rail) */
     vb_wait_t *slots[VB_SLOTS];
     uint64_t next_id;
     vb_remote_t cache[64];         /* rc: resolved registrations */
@@ -161,9 +163,11 @@ pt_status_t pt__verbs_rdma(pt_ctx_t *ctx, vb_peer_t *p, pt_ibv_send_wr_t *wrs, i
 /* The peer's verbs connection failed with st: its waiters fail, tcp reaches it from now on. */
 void pt__verbs_peer_fail(pt_ctx_t *ctx, vb_peer_t *p, pt_status_t st);
 /* Serve one request frame addressed to us (in the poller). */
-void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h, const uint8_t *payload);
+void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, int rail, const vb_hdr_t *h,
+                     const uint8_t *payload);
 /* Send a reply frame (poller). */
-pt_status_t pt__verbs_reply(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void *payload,
+pt_status_t pt__verbs_reply(pt_ctx_t *ctx, vb_peer_t *p, int rail, vb_hdr_t *h,
+                            const void *payload,
                             size_t plen);
 void pt__verbs_forget(pt_ctx_t *ctx, uint64_t key);
 void pt__verbs_stop(pt_ctx_t *ctx);

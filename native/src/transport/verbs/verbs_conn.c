@@ -36,7 +36,8 @@ static pt_status_t post_recv(pt_verbs_t *v, vb_peer_t *p, int i)
                         .length = VB_FRAME, .lkey = v->stage_mr->lkey};
     pt_ibv_recv_wr_t wr = {.wr_id = WRID(p->rank, i, 1), .sg_list = &sge, .num_sge = 1};
     pt_ibv_recv_wr_t *bad = NULL;
-    return pt_ibv_post_recv(p->qp, &wr, &bad) == 0 ? PT_OK : PT_ERR_PEER_LOST;
+    pt_ibv_qp_t *qp = p->msg_rails == 2 && i >= VB_RECV / 2 ? p->qp2 : p->qp;
+    return pt_ibv_post_recv(qp, &wr, &bad) == 0 ? PT_OK : PT_ERR_PEER_LOST;
 }
 
 static pt_status_t wc_status(int s)
@@ -69,7 +70,7 @@ void pt__verbs_peer_fail(pt_ctx_t *ctx, vb_peer_t *p, pt_status_t st)
     }
     for (int s = 0; s < VB_SLOTS; s++)
         finish_locked(p, s, st);
-    p->inflight = 0;
+    p->inflight = p->inflight_rail[0] = p->inflight_rail[1] = 0;
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -82,8 +83,8 @@ static void on_send(pt_ctx_t *ctx, pt_verbs_t *v, const pt_ibv_wc_t *wc)
     vb_peer_t *p = &v->peers[rank];
     pthread_mutex_lock(&p->lock);
     if (kind == 2) {
-        p->send_free[p->nfree++] = idx;
-        p->sq_used--;
+        p->send_free[p->nfree++] = idx & 0xff;
+        *(idx >> 8 ? &p->sq_used2 : &p->sq_used) -= 1;
     } else if (kind == 3) {
         vb_wait_t *w = p->slots[idx];
         if (w && w->wr_id == wc->wr_id) {
@@ -132,7 +133,8 @@ static void on_recv(pt_ctx_t *ctx, pt_verbs_t *v, const pt_ibv_wc_t *wc)
         size_t n = h.op == VB_PUT ? (size_t)h.len : 0;
         memcpy(payload, f + sizeof(h), n);
         post_recv(v, p, idx); /* before the reply: the peer may send again once it has it */
-        pt__verbs_serve(ctx, p, &h, payload);
+        int rail = p->qp2 && wc->qp_num == p->qp2->qp_num;
+        pt__verbs_serve(ctx, p, rail, &h, payload);
         return;
     }
     pthread_mutex_lock(&p->lock);
@@ -143,6 +145,7 @@ static void on_recv(pt_ctx_t *ctx, pt_verbs_t *v, const pt_ibv_wc_t *wc)
         if (w->dst && h.status == PT_OK)
             memcpy(w->dst, f + sizeof(h), h.len < w->dst_len ? (size_t)h.len : w->dst_len);
         p->inflight--;
+        p->inflight_rail[w->rail]--;
         finish_locked(p, s, (pt_status_t)h.status);
     }
     pthread_mutex_unlock(&p->lock);
@@ -356,7 +359,7 @@ pt_status_t pt_ctx_verbs_local(pt_ctx_t *ctx, int rank, void *info, size_t *len)
     if (!p->qp)
         return PT_ERR_SYS;
     /* a second rail where the device has a second active port (rc: striped transfers) */
-    if (v->dev.port2 && v->dev.profile == VB_RC)
+    if (v->dev.port2)
         p->qp2 = qp_make(v, v->dev.port2);
     vb_info_t out = {.magic = VB_INFO_MAGIC, .qpn = p->qp->qp_num,
                      .profile = (uint32_t)v->dev.profile, .port = (uint32_t)v->dev.port,
@@ -402,6 +405,7 @@ pt_status_t pt_ctx_connect_verbs(pt_ctx_t *ctx, int rank, const void *info, size
     if (p->qp2 && in.qpn2)
         p->qp2_up = qp_connect(v, p->qp2, v->dev.port2, v->dev.gid_index2, in.qpn2, in.gid2,
                                (int)in.mtu) == PT_OK;
+    p->msg_rails = p->qp2_up && v->dev.profile == VB_UC ? 2 : 1;
     /* receives only now, in RTS (Thunderbolt RDMA refuses them before) */
     for (int i = 0; i < VB_RECV; i++)
         if (post_recv(v, p, i) != PT_OK)
@@ -476,14 +480,15 @@ static int take_slot(vb_peer_t *p, vb_wait_t *w)
     } while (0)
 
 /* One frame out (request or reply). */
-static pt_status_t send_frame(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h,
+static pt_status_t send_frame(pt_ctx_t *ctx, vb_peer_t *p, int rail, const vb_hdr_t *h,
                               const void *payload, size_t plen, int imm_slot)
 {
     pt_verbs_t *v = ctx->verbs;
     pt_status_t st = PT_OK;
     int depth = sq_depth(v);
     pthread_mutex_lock(&p->lock);
-    WAIT_UNTIL(ctx, p, p->nfree > 0 && p->sq_used < depth, st);
+    int *used = rail ? &p->sq_used2 : &p->sq_used;
+    WAIT_UNTIL(ctx, p, p->nfree > 0 && *used < depth, st);
     if (st != PT_OK || !atomic_load(&p->up)) {
         pthread_mutex_unlock(&p->lock);
         return st != PT_OK ? st : p->fail;
@@ -496,7 +501,8 @@ static pt_status_t send_frame(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h,
     /* one whole frame each way: a SEND and its RECV cover the same 4 KiB */
     pt_ibv_sge_t sge = {.addr = (uint64_t)(uintptr_t)frame, .length = VB_FRAME,
                         .lkey = v->stage_mr->lkey};
-    pt_ibv_send_wr_t wr = {.wr_id = WRID(p->rank, f, 2), .sg_list = &sge, .num_sge = 1,
+    pt_ibv_send_wr_t wr = {.wr_id = WRID(p->rank, f | rail << 8, 2), .sg_list = &sge,
+                           .num_sge = 1,
                            .opcode = PT_IBV_WR_SEND, .send_flags = PT_IBV_SEND_SIGNALED};
     if (imm_slot >= 0) { /* rc: into the peer's notify slot; the immediate says which */
         sge.length = (uint32_t)(sizeof(*h) + plen);
@@ -506,10 +512,10 @@ static pt_status_t send_frame(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h,
         wr.wr.rdma.rkey = p->rimm_rkey;
     }
     pt_ibv_send_wr_t *bad = NULL;
-    p->sq_used++;
-    int rc = pt_ibv_post_send(p->qp, &wr, &bad);
+    (*used)++;
+    int rc = pt_ibv_post_send(rail ? p->qp2 : p->qp, &wr, &bad);
     if (rc) {
-        p->sq_used--;
+        (*used)--;
         p->send_free[p->nfree++] = f;
     }
     pthread_mutex_unlock(&p->lock);
@@ -528,22 +534,35 @@ pt_status_t pt__verbs_start(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void
     w->status = PT_OK;
     pthread_mutex_lock(&p->lock);
     int s = -1;
-    WAIT_UNTIL(ctx, p, p->inflight < VB_WINDOW && (s = take_slot(p, w)) >= 0, st);
+    /* two message rails: the one with fewer requests in flight, half the window each */
+    int rail = 0;
+    if (p->msg_rails == 2) {
+        WAIT_UNTIL(ctx, p, (p->inflight_rail[0] < VB_WINDOW / 2 ||
+                            p->inflight_rail[1] < VB_WINDOW / 2) &&
+                               (s = take_slot(p, w)) >= 0, st);
+        rail = p->inflight_rail[1] < p->inflight_rail[0];
+    } else {
+        WAIT_UNTIL(ctx, p, p->inflight < VB_WINDOW && (s = take_slot(p, w)) >= 0, st);
+    }
     if (st != PT_OK || s < 0) {
         pthread_mutex_unlock(&p->lock);
         return st != PT_OK ? st : p->fail;
     }
     p->inflight++;
+    p->inflight_rail[rail]++;
+    w->rail = rail;
+    p->striped += rail;
     w->id = h->id = (++p->next_id << 4) | (uint64_t)s;
     pthread_mutex_unlock(&p->lock);
     h->len = h->op == VB_PUT ? plen : h->len;
     int imm = h->op == VB_NOTIFY && p->rimm_rkey ? s : -1;
-    st = send_frame(ctx, p, h, payload, plen, imm);
+    st = send_frame(ctx, p, rail, h, payload, plen, imm);
     if (st != PT_OK) {
         pthread_mutex_lock(&p->lock);
         if (p->slots[s] == w) {
             p->slots[s] = NULL;
             p->inflight--;
+            p->inflight_rail[rail]--;
         }
         pthread_mutex_unlock(&p->lock);
     }
@@ -557,11 +576,11 @@ pt_status_t pt__verbs_call(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void 
     return st != PT_OK ? st : pt__verbs_wait(ctx, p, w);
 }
 
-pt_status_t pt__verbs_reply(pt_ctx_t *ctx, vb_peer_t *p, vb_hdr_t *h, const void *payload,
-                            size_t plen)
+pt_status_t pt__verbs_reply(pt_ctx_t *ctx, vb_peer_t *p, int rail, vb_hdr_t *h,
+                            const void *payload, size_t plen)
 {
     h->op |= VB_REPLY;
-    return send_frame(ctx, p, h, payload, plen, -1);
+    return send_frame(ctx, p, rail && p->qp2_up, h, payload, plen, -1);
 }
 
 pt_status_t pt__verbs_rdma_start(pt_ctx_t *ctx, vb_peer_t *p, int rail, pt_ibv_send_wr_t *wrs,

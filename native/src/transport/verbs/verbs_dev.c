@@ -349,7 +349,7 @@ pt_status_t pt_verbs_probe(char *buf, size_t len)
     char why[256];
     if (pt__verbs_dev_open(&d, why, sizeof(why)) == PT_OK) {
         OUT("chosen %s %d %d profile=%s rails=%d\n", d.name, d.port, d.gid_index,
-            d.profile == VB_RC ? "rc" : "uc-send", d.port2 && d.profile == VB_RC ? 2 : 1);
+            d.profile == VB_RC ? "rc" : "uc-send", d.port2 ? 2 : 1);
         pt__verbs_dev_close(&d);
     } else {
         OUT("error %s\n", why);

@@ -87,7 +87,8 @@ void pt__verbs_forget(pt_ctx_t *ctx, uint64_t key)
     pthread_mutex_unlock(&v->mr_lock);
 }
 
-void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h, const uint8_t *payload)
+void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, int rail, const vb_hdr_t *h,
+                     const uint8_t *payload)
 {
     vb_hdr_t r = *h;
     uint8_t out[VB_PAYLOAD];
@@ -146,7 +147,7 @@ void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, const vb_hdr_t *h, const uint8
     pthread_rwlock_unlock(&ctx->serve_lock);
     r.status = (uint32_t)st;
     r.len = h->op == VB_GET && st == PT_OK ? olen : 0;
-    pt__verbs_reply(ctx, p, &r, out, h->op == VB_GET ? olen : 0);
+    pt__verbs_reply(ctx, p, rail, &r, out, h->op == VB_GET ? olen : 0); /* on its rail */
 }
 
 /* ---- the initiator ---- */
