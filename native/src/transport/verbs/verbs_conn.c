@@ -181,15 +181,23 @@ static void nap(double seconds)
     nanosleep(&ts, NULL);
 }
 
-/* The poller: polls briefly after activity, then naps (50 us growing to 1 ms). */
+/* The poller: after activity it polls for the spin time (pt_set_spin: long where cores are
+ * free, short when ranks outnumber them), so that a peer's next request is served within
+ * microseconds; then it naps, 50 us growing to 1 ms. */
 static void *poller_main(void *arg)
 {
     pt_ctx_t *ctx = arg;
     pt_verbs_t *v = ctx->verbs;
-    double idle = 0;
+    double idle = 0, last = pt__now();
     while (!atomic_load(&v->stopping)) {
         if (poll_all(ctx, v)) {
             idle = 0;
+            last = pt__now();
+            continue;
+        }
+        double el = pt__now() - last;
+        if (el < pt__spin_seconds()) {
+            pt__relax(el);
             continue;
         }
         idle = idle < 50e-6 ? 50e-6 : idle * 1.5 > 1e-3 ? 1e-3 : idle * 1.5;
