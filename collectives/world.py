@@ -434,7 +434,8 @@ class World(LocalMemory):
                 "local_size": self.local_size, "host": self.host, "hosts": list(self.hosts),
                 "bootstrap": self.how,
                 # a verbs peer whose queue pair failed is reached over tcp since
-                "transports": [self._ctx.transport(r) if t in transport.REMOTE else t
+                "transports": [self._ctx.transport(r) if t in transport.REMOTE
+                               and not self._closed else t
                                for r, t in enumerate(self.transports)],
                 "verbs": self.verbs,
                 "listen": self.listen_address,
