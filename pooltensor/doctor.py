@@ -92,7 +92,7 @@ def check_verbs():
             gids = [g for g in info["gids"]
                     if g["device"] == d["name"] and g["port"] == p["port"]]
             for g in gids:
-                kind = verbs.GID_TYPE.get(g.get("type"), "?")
+                kind = "IB" if p.get("link") == 1 else verbs.GID_TYPE.get(g.get("type"), "?")
                 out.append(("info", f"    GID {g['index']}: {g['gid']} ({kind})"))
             if (p.get("state") == 4 and p.get("link") == 2
                     and not any(g["gid"].startswith("::ffff:") for g in gids)):

@@ -258,6 +258,18 @@ def test_verbs_atomics_where_the_device_has_coherent_ones(fake_lib, tmp_path):
     assert p.stdout.count("verbs window ok") == 3
 
 
+def test_infiniband_routes_by_lid(fake_lib, tmp_path):
+    """InfiniBand link layer: the GID is the port's fe80:: one (type IB), the queue pairs are
+    routed by the peer's LID (the provider refuses RTR to any other)."""
+    info = probe_in({"POOLTENSOR_VERBS_LIB": fake_lib, "POOLTENSOR_FAKEVERBS_LINK": "ib",
+                     "POOLTENSOR_FAKEVERBS_FABRIC": str(tmp_path / "fabric")})
+    assert info["ports"][0]["link"] == 1 and info["chosen"]["gid"] == 0
+    assert info["summary"]["fabric"] == "ib:fe80:0000:0000:0000"
+    env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_LINK="ib")
+    p = check_ranks("launch", 2, "verbs_window.py", "rc", env=env, timeout=150)
+    assert p.stdout.count("verbs window ok") == 2
+
+
 def test_uc_messages_alternate_over_two_rails(fake_lib, tmp_path):
     """Two Thunderbolt cables: messages go over the rail with fewer in flight."""
     env = verbs_env(fake_lib, "apple", tmp_path, POOLTENSOR_FAKEVERBS_PORTS="2")

@@ -20,6 +20,8 @@
  * rc with $POOLTENSOR_FAKEVERBS_ATOMICS=glob reports atomic_cap GLOB, so that the transport
  * uses verbs atomics: they are then atomic among the fabric's atomics only (not against the
  * target's own CPU), so a test that uses it must not mix the two on one word.
+ * rc with $POOLTENSOR_FAKEVERBS_LINK=ib is InfiniBand: ports have LIDs (one per process and
+ * port), GID 0 is the port's fe80:: GID of type IB, and RTR needs the destination's LID.
  * Both: $POOLTENSOR_FAKEVERBS_PORTS=2 gives two active ports (two rails);
  * $POOLTENSOR_FAKEVERBS_DEVICES=0 gives no device at all. Send queue slots are freed only when
  * a signalled completion covering them is polled (selective signalling must be bounded).
@@ -110,6 +112,7 @@ static int apple;
 static int nports = 1;
 static int ipv4 = 1;
 static int ndevices = 1;
+static int ib;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 struct fv_dev {
@@ -158,6 +161,8 @@ static void setup(void)
     nports = env_int("POOLTENSOR_FAKEVERBS_PORTS", 1) >= 2 ? 2 : 1;
     ipv4 = env_int("POOLTENSOR_FAKEVERBS_IPV4", 1);
     ndevices = env_int("POOLTENSOR_FAKEVERBS_DEVICES", 1);
+    const char *link = getenv("POOLTENSOR_FAKEVERBS_LINK");
+    ib = !apple && link && strcmp(link, "ib") == 0;
     snprintf(dev0.name, sizeof(dev0.name), "%s", apple ? "rdma_en5" : "fakerc0");
     const char *path = getenv("POOLTENSOR_FAKEVERBS_FABRIC");
     char def[128];
@@ -257,6 +262,9 @@ int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
     return 0;
 }
 
+/* The LID of pid's port (InfiniBand). */
+static uint16_t lid_of(int pid, int port) { return (uint16_t)(1 + (pid * 2 + port) % 48000); }
+
 static int port_up(int port)
 {
     if (apple)
@@ -276,15 +284,19 @@ int ibv_query_port(struct ibv_context *c, uint8_t port, fv_port_attr_arg *arg)
     a->active_mtu = apple ? IBV_MTU_4096 : IBV_MTU_1024;
     a->gid_tbl_len = 2;
     a->max_msg_sz = 1u << 30;
-    a->link_layer = IBV_LINK_LAYER_ETHERNET;
+    a->link_layer = ib ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
+    a->lid = ib ? lid_of(getpid(), port) : 0;
     a->phys_state = port_up(port) ? 5 : 3;
     return 0;
 }
 
-/* GID 0: link-local IPv6 (fe80::); GID 1: ::ffff:10.<port>.0.1, RoCE v2 (unless IPv4 is off). */
+/* GID 0: link-local IPv6 (fe80::); GID 1: ::ffff:10.<port>.0.1, RoCE v2 (unless IPv4 is off;
+ * none on InfiniBand). */
 static int gid_of(int port, int index, union ibv_gid *g)
 {
     memset(g, 0, sizeof(*g));
+    if (ib && index == 1)
+        return 0;
     if (index == 0) {
         g->raw[0] = 0xfe;
         g->raw[1] = 0x80;
@@ -318,7 +330,7 @@ int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index,
         return ENODATA;
     e->gid_index = index;
     e->port_num = port;
-    e->gid_type = IBV_GID_TYPE_ROCE_V2;
+    e->gid_type = ib ? IBV_GID_TYPE_IB : IBV_GID_TYPE_ROCE_V2;
     return 0;
 }
 
@@ -569,6 +581,10 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
             else if (apple && !(a->ah_attr.is_global && a->ah_attr.grh.dgid.raw[10] == 0xff &&
                                 a->ah_attr.grh.dgid.raw[11] == 0xff))
                 rc = EINVAL; /* a GID that is not IPv4-mapped does not route */
+            else if (ib && (!qp_by_num(a->dest_qp_num) ||
+                            a->ah_attr.dlid != lid_of(qp_by_num(a->dest_qp_num)->pid,
+                                                      qp_by_num(a->dest_qp_num)->port)))
+                rc = EINVAL; /* InfiniBand routes by the destination's LID */
             else
                 q->dest_qpn = a->dest_qp_num;
         } else if (to == IBV_QPS_RTS) {

@@ -58,7 +58,8 @@ typedef struct {
     uint32_t qpn2, port2;          /* a second rail (rc), or qpn2 = 0 */
     uint8_t gid2[16];
     uint64_t imm_addr;             /* rc: where our notify requests to it are written */
-    uint32_t imm_rkey, pad;
+    uint32_t imm_rkey;
+    uint16_t lid, lid2;            /* InfiniBand: the ports' LIDs (routing inside a subnet) */
 } vb_info_t;
 
 typedef struct {
@@ -66,7 +67,7 @@ typedef struct {
     pt_ibv_context_t *ctx;
     pt_ibv_pd_t *pd;
     char name[64];
-    int port, gid_index, gid_type, link_layer, mtu;
+    int port, gid_index, gid_type, link_layer, mtu, lid, lid2;
     pt_ibv_gid_t gid;
     pt_ibv_device_attr_t attr;
     int profile;

@@ -316,7 +316,7 @@ static pt_ibv_qp_t *qp_make(pt_verbs_t *v, int port)
 
 /* INIT -> RTR -> RTS towards the peer's queue pair qpn at gid. */
 static pt_status_t qp_connect(pt_verbs_t *v, pt_ibv_qp_t *qp, int port, int gid_index,
-                              uint32_t qpn, const uint8_t gid[16], int mtu)
+                              uint32_t qpn, const uint8_t gid[16], int lid, int mtu)
 {
     const pt_verbs_lib_t *lib = v->dev.lib;
     int rc = v->dev.profile == VB_RC;
@@ -327,7 +327,9 @@ static pt_status_t qp_connect(pt_verbs_t *v, pt_ibv_qp_t *qp, int port, int gid_
     a.dest_qp_num = qpn;
     a.max_dest_rd_atomic = rc ? 4 : 0;
     a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
+    /* Ethernet (RoCE, Thunderbolt) routes by GID; InfiniBand inside a subnet by LID */
+    a.ah_attr.is_global = v->dev.link_layer != PT_IBV_LINK_LAYER_INFINIBAND || lid == 0;
+    a.ah_attr.dlid = (uint16_t)lid;
     memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
     a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
     a.ah_attr.grh.hop_limit = 64;
@@ -371,7 +373,8 @@ pt_status_t pt_ctx_verbs_local(pt_ctx_t *ctx, int rank, void *info, size_t *len)
         p->qp2 = qp_make(v, v->dev.port2);
     vb_info_t out = {.magic = VB_INFO_MAGIC, .qpn = p->qp->qp_num,
                      .profile = (uint32_t)v->dev.profile, .port = (uint32_t)v->dev.port,
-                     .mtu = (uint32_t)v->dev.mtu, .gid_index = (uint32_t)v->dev.gid_index};
+                     .mtu = (uint32_t)v->dev.mtu, .gid_index = (uint32_t)v->dev.gid_index,
+                     .lid = (uint16_t)v->dev.lid, .lid2 = (uint16_t)v->dev.lid2};
     memcpy(out.gid, v->dev.gid.raw, 16);
     if (v->imm) { /* rc: this peer's notify slots, writable by it alone */
         p->imm = v->imm + (size_t)rank * VB_SLOTS * VB_FRAME;
@@ -404,7 +407,7 @@ pt_status_t pt_ctx_connect_verbs(pt_ctx_t *ctx, int rank, const void *info, size
     if (!p->qp || in.magic != VB_INFO_MAGIC || in.profile != (uint32_t)v->dev.profile)
         return PT_ERR_INVALID; /* (profiles differ: the caller falls back to tcp) */
     pt_status_t st = qp_connect(v, p->qp, v->dev.port, v->dev.gid_index, in.qpn, in.gid,
-                                (int)in.mtu);
+                                in.lid, (int)in.mtu);
     if (st != PT_OK)
         return st;
     p->rimm_addr = in.imm_addr;
@@ -412,7 +415,7 @@ pt_status_t pt_ctx_connect_verbs(pt_ctx_t *ctx, int rank, const void *info, size
     /* the second rail only where both ends have one; else it is never used */
     if (p->qp2 && in.qpn2)
         p->qp2_up = qp_connect(v, p->qp2, v->dev.port2, v->dev.gid_index2, in.qpn2, in.gid2,
-                               (int)in.mtu) == PT_OK;
+                               in.lid2, (int)in.mtu) == PT_OK;
     p->msg_rails = p->qp2_up && v->dev.profile == VB_UC ? 2 : 1;
     /* receives only now, in RTS (Thunderbolt RDMA refuses them before) */
     for (int i = 0; i < VB_RECV; i++)

@@ -129,7 +129,8 @@ static int loopback_ok(vb_dev_t *d, int type)
         a.dest_qp_num = qp->qp_num;
         a.max_dest_rd_atomic = 1;
         a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
+        a.ah_attr.is_global = d->link_layer != PT_IBV_LINK_LAYER_INFINIBAND || d->lid == 0;
+        a.ah_attr.dlid = (uint16_t)d->lid;
         a.ah_attr.grh.dgid = d->gid;
         a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
         a.ah_attr.grh.hop_limit = 1;
@@ -207,6 +208,7 @@ pt_status_t pt__verbs_dev_open(vb_dev_t *d, char *why, size_t whylen)
             d->gid_type = type;
             d->link_layer = pa.link_layer;
             d->mtu = pa.active_mtu;
+            d->lid = pa.lid;
             d->attr = attr;
             snprintf(d->name, sizeof(d->name), "%s", name);
             st = PT_OK;
@@ -232,6 +234,7 @@ pt_status_t pt__verbs_dev_open(vb_dev_t *d, char *why, size_t whylen)
         if (gi >= 0) {
             d->port2 = port;
             d->gid_index2 = gi;
+            d->lid2 = pa.lid;
             break;
         }
     }
