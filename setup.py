@@ -30,7 +30,7 @@ setup(
             sources=sources,
             include_dirs=["native/include", "native/src"],  # "pt.h"; "core/internal.h", ...
             extra_compile_args=flags,
-            libraries=["pthread"],
+            libraries=["pthread"] + (["dl"] if sys.platform.startswith("linux") else []),
         )
     ]
 )

@@ -305,7 +305,7 @@ class Calls:
         for r in range(self.size):
             if r == self.me:
                 continue
-            if w.transports[r] == "tcp":
+            if w.transports[r] in ("tcp", "verbs"):
                 t = threading.Thread(target=ask, args=(r,), name=f"collectives-probe-{r}",
                                      daemon=True)
                 t.start()
@@ -336,7 +336,7 @@ class Calls:
         """fn(*args), a write to `rank`: at once over shared memory, through the rank's herald
         over tcp (in order, never blocking the caller). Errors are dropped: a peer that
         cannot be told is gone or stuck, and is found so by its own waits."""
-        if self.world.transports[rank] != "tcp":
+        if self.world.transports[rank] not in ("tcp", "verbs"):
             try:
                 fn(*args)
             except Exception:

@@ -18,6 +18,7 @@ import msgpack
 from . import _native, counters, transport
 from .log import logger as _log
 from . import log as _logging
+from .transport import verbs as verbs_py
 from .calls import Calls, board_bytes
 from .errors import Finalized, PeerLost, Timeout, TransportError
 from .rendezvous import store as _store
@@ -88,9 +89,14 @@ class World(counters.Counted, LocalMemory):
         self._served = False        # same-machine peers reach memory outside segments by tcp
         # every rank's choice of transport to every rank (each rank decides alike from these)
         self._choices = [transport.choose(ident, r, recs[r]["force"]) for r in range(self.size)]
-        # tcp anywhere in the world
-        if any("tcp" in c for c in self._choices):
+        self.verbs = None           # this rank's verbs, in one line (describe())
+        if transport.wants_verbs(ident, [r["force"] for r in recs]):
+            self._choose_verbs(ident, recs)
+        # tcp anywhere in the world (verbs peers too: the liveness channel and the fallback)
+        if any(t in c for c in self._choices for t in transport.REMOTE):
             self._setup_tcp(ident)
+        if any("verbs" in c for c in self._choices):
+            self._setup_verbs()
         if "POOLTENSOR_SPIN_US" not in os.environ:
             # a peer with a core of its own answers within microseconds: poll for a while;
             # with more ranks than cores the peer needs our core, so sleep almost at once
@@ -173,7 +179,7 @@ class World(counters.Counted, LocalMemory):
     def _setup_tcp(self, ident):
         """Collective: listen, publish host:port, connect to every tcp peer (and check it)."""
         eps = self._listen(all(m == ident[self.rank] for m in ident))
-        peers = [r for r in range(self.size) if self.transports[r] == "tcp"]
+        peers = [r for r in range(self.size) if self.transports[r] in transport.REMOTE]
         _log.debug("tcp listener at %s:%s", *eps[self.rank])
         for r in peers:
             _log.debug("connecting to rank %d (%s) over tcp at %s:%s", r, self.hosts[r],
@@ -185,6 +191,57 @@ class World(counters.Counted, LocalMemory):
             except _native.Error as e:
                 raise_native(e, rank=r, host=self.hosts[r],
                              what=f"tcp connection to {eps[r][0]}:{eps[r][1]}")
+
+    def _choose_verbs(self, ident, recs):
+        """Collective: every rank says whether it has verbs and on which fabric; peers on
+        other machines on one fabric use verbs. POOLTENSOR_TRANSPORT=verbs where a rank has
+        none is a TransportError on every rank, naming it and why."""
+        mine = verbs_py.summary()
+        self.verbs = mine["why"]
+        every = self.allgather_object(mine)
+        fabrics = [v["fabric"] for v in every]
+        if "verbs" in [r["force"] for r in recs]:
+            bad = [r for r in range(self.size) if not fabrics[r]]
+            if bad:
+                r = bad[0]
+                # every rank has read the records before rank 0 (the store) raises and leaves
+                key, deadline = "verbs/refused", time.monotonic() + min(self.timeout, 10.0)
+                n = self._store.add(key, 1)
+                while self.rank == 0 and n < self.size and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    n = self._store.add(key, 0)
+                raise TransportError(f"POOLTENSOR_TRANSPORT=verbs, but rank {r} "
+                                     f"({self.hosts[r]}) cannot use verbs: {every[r]['why']}",
+                                     rank=r, host=self.hosts[r])
+        self._choices = [transport.choose(ident, r, recs[r]["force"], fabrics)
+                         for r in range(self.size)]
+        self.transports = list(self._choices[self.rank])
+
+    def _setup_verbs(self):
+        """Collective: a queue pair for each verbs peer, published and connected; a peer
+        whose pair cannot be made or connected on either side is reached over tcp."""
+        peers = [r for r in range(self.size) if self.transports[r] == "verbs"]
+        infos = {}
+        for r in peers:
+            try:
+                infos[str(r)] = self._ctx.verbs_local(r)
+            except _native.Error:
+                infos[str(r)] = None
+        every = self.allgather_object(infos)
+        for r in peers:
+            theirs = every[r].get(str(self.rank))
+            try:
+                if not (theirs and infos[str(r)]):
+                    raise ValueError
+                self._ctx.connect_verbs(r, theirs)
+            except (ValueError, _native.Error):
+                self.transports[r] = "tcp"
+        # every rank's receives are posted before anything is sent to it
+        self.allgather_object(True)
+        info = self._ctx.verbs_info()
+        if info and "rails=2" in info[1]:
+            self.verbs += (", 2 rails (transfers from 512 KiB striped over both)"
+                           if info[0] == "rc" else ", 2 rails (messages alternate over both)")
 
     def _lost(self):
         """Dead peers, the first one seen first (the likely cause of the others' exits)."""
@@ -391,7 +448,12 @@ class World(counters.Counted, LocalMemory):
         """Ranks, hosts and the transport to each peer, as a dict."""
         return {"rank": self.rank, "size": self.size, "local_rank": self.local_rank,
                 "local_size": self.local_size, "host": self.host, "hosts": list(self.hosts),
-                "bootstrap": self.how, "transports": list(self.transports),
+                "bootstrap": self.how,
+                # a verbs peer whose queue pair failed is reached over tcp since
+                "transports": [self._ctx.transport(r) if t in transport.REMOTE
+                               and not self._closed else t
+                               for r, t in enumerate(self.transports)],
+                "verbs": self.verbs,
                 "listen": self.listen_address,
                 "kernels": _native.kernels_isa() if hasattr(_native, "kernels_isa") else None,
                 "native": getattr(_native, "PLATFORM", "linux")}

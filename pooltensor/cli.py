@@ -2,12 +2,13 @@
 
     pooltensor serve --memory 8GiB [--listen 127.0.0.1:7000] [--secret-file F]
                      [--data-port P] [--allow-code] [--metrics HOST:PORT]
+    pooltensor doctor [--listen HOST:PORT | --peer HOST:PORT [--quick]]
     pooltensor info [--json]
     pooltensor stats HOST:PORT [--json] [--watch [--interval S] [--count N]] [--plot PATH]
     pooltensor bench [NAME ...] [--quick] [--out DIR] [--list] [--json]
 
-This module only wires the parsers: serve is here, the others live in pooltensor/commands/
-(one module each, registering itself with add_parser).
+This module only wires the parsers: serve and doctor are here, the others live in
+pooltensor/commands/ (one module each, registering itself with add_parser).
 
 Unknown options and malformed values are errors (status 2), reported in one line.
 """
@@ -46,6 +47,22 @@ def _parser():
     from .commands import bench, info, stats
     for command in (info, stats, bench):
         command.add_parser(sub)
+    d = sub.add_parser(
+        "doctor", help="what this machine offers pooltensor (RDMA devices, ports, GIDs), and "
+                       "what to do about what is wrong",
+        description="Check this machine: the verbs library, RDMA devices, ports and their "
+                    "state, GIDs and their types, MTU, device caps, the profile verbs would "
+                    "use, and a plain message for each known failure (no RDMA in the kernel, "
+                    "RDMA not enabled on macOS, no IPv4 address on a Thunderbolt port, "
+                    "Thunderbolt Bridge still present, port down). Exit status 1 when a "
+                    "device is present but unusable.")
+    d.add_argument("--listen", metavar="HOST:PORT",
+                   help="pair self-test, passive end: wait at HOST:PORT for `pooltensor doctor "
+                        "--peer HOST:PORT` on another machine")
+    d.add_argument("--peer", metavar="HOST:PORT",
+                   help="pair self-test, measuring end: join the --listen end at HOST:PORT "
+                        "over verbs; latency P50/P99 and bandwidth 4 KiB .. 64 MiB")
+    d.add_argument("--quick", action="store_true", help="pair self-test: up to 1 MiB, briefly")
     return p
 
 
@@ -58,6 +75,14 @@ def main(argv=None):
         return 2
     if hasattr(args, "run"):
         return args.run(args)
+    if args.command == "doctor":
+        from .doctor import pair, run
+        if args.listen and args.peer:
+            p.error("doctor: --listen or --peer, not both")
+        if args.listen or args.peer:
+            return pair("listen" if args.listen else "peer", args.listen or args.peer,
+                        args.quick)
+        return run()
     if args.command == "serve":
         from .pool.serve import parse_bytes, serve
         try:

@@ -200,7 +200,7 @@ class Channel:
         self.stage = raw[off:off + HDR + STAGE_MAX]
         # over tcp a whole chunk goes with its header in one put_notify (a copy here is cheaper
         # than a round trip); over shared memory only small ones (there a put is a copy)
-        self.tcp = [t == "tcp" for t in world.transports]
+        self.tcp = [t in ("tcp", "verbs") for t in world.transports]
         if any(self.tcp):
             raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
             off = (-raw.ctypes.data) % 64

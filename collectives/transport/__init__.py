@@ -6,6 +6,10 @@ one per peer, and where a rank listens for tcp.
 - ``tcp``: between machines; served at the target by native threads, authenticated with the
   pool's secret (native/src/transport/tcp/). ``POOLTENSOR_TRANSPORT=tcp`` uses it on one
   machine too.
+- ``verbs``: between machines that both have an active RDMA port on a common fabric
+  (native/src/transport/verbs/, collectives/transport/verbs.py); tcp is connected too, as the
+  liveness channel and the fallback once a queue pair fails. ``POOLTENSOR_TRANSPORT=verbs``
+  uses it for every peer, on one machine too, and is an error where a rank has no verbs.
 
 A machine is (hostname, boot id, network namespace): ranks in different network namespaces
 cannot reach each other's loopback, so they are different machines to the transports (which is
@@ -14,7 +18,8 @@ how several hosts are tried out on one box).
 import os
 import socket
 
-TRANSPORTS = ("shm", "tcp")
+TRANSPORTS = ("shm", "tcp", "verbs")
+REMOTE = ("tcp", "verbs")          # served by the target's native threads or its NIC
 ENV_TRANSPORT, ENV_LISTEN = "POOLTENSOR_TRANSPORT", "POOLTENSOR_LISTEN"
 WILDCARDS = ("", "0.0.0.0", "::", "*")
 
@@ -30,17 +35,35 @@ def forced():
 _UNSET = object()
 
 
-def choose(machines, rank, force=_UNSET):
-    """The transport to each rank: 'self', 'shm' on this machine, 'tcp' elsewhere, or `force`
+def choose(machines, rank, force=_UNSET, fabrics=None):
+    """The transport to each rank: 'self', 'shm' on this machine, 'verbs' elsewhere when both
+    ranks are on one RDMA fabric (fabrics: each rank's, or None), else 'tcp'; or `force`
     (default: POOLTENSOR_TRANSPORT). Symmetric: rank a's choice for b is b's for a."""
     force = forced() if force is _UNSET else force
     out = []
     for r, m in enumerate(machines):
         if r == rank:
             out.append("self")
+        elif force:
+            out.append(force)
+        elif m == machines[rank]:
+            out.append("shm")
+        elif fabrics and fabrics[r] and fabrics[r] == fabrics[rank]:
+            out.append("verbs")
         else:
-            out.append(force or ("shm" if m == machines[rank] else "tcp"))
+            out.append("tcp")
     return out
+
+
+def wants_verbs(machines, forces):
+    """Whether the world asks its ranks about verbs (collectively decided, the same on every
+    rank): some rank forces verbs, or some pair is on different machines and nobody forces
+    another transport."""
+    if "verbs" in forces:
+        return True
+    if any(f for f in forces):
+        return False
+    return len(set(map(tuple, machines))) > 1
 
 
 def facing_address(host):

@@ -68,5 +68,10 @@ PyObject *pt_py_stats(ContextObject *self, PyObject *unused);
 PyObject *pt_py_stats_record(ContextObject *self, PyObject *args);
 PyObject *pt_py_stats_count(ContextObject *self, PyObject *args);
 int pt_py_add_stats(PyObject *module);
+/* verbs_py.c: Context methods for the verbs transport, and the probe */
+PyObject *pt_py_verbs_local(ContextObject *self, PyObject *args);
+PyObject *pt_py_connect_verbs(ContextObject *self, PyObject *args);
+PyObject *pt_py_verbs_info(ContextObject *self, PyObject *unused);
+PyObject *pt_py_verbs_probe(PyObject *m, PyObject *unused);
 
 #endif

@@ -763,13 +763,19 @@ static PyMethodDef Context_methods[] = {
      "tcp_stats() -> dict: accepted, active, auth_failures, bad_frames, requests, bytes_in, "
      "bytes_out, refused (turned away at accept) of this context's tcp server."},
     {"transport", (PyCFunction)pt_py_transport, METH_VARARGS,
-     "transport(rank) -> 'shm', 'tcp' or 'none': how rank is reached."},
+     "transport(rank) -> 'shm', 'tcp', 'verbs' or 'none': how rank is reached."},
     {"stats", (PyCFunction)pt_py_stats, METH_NOARGS,
      "stats() -> (entries, links): the native counters (dicts; see stats_py.c)."},
     {"stats_record", (PyCFunction)pt_py_stats_record, METH_VARARGS,
      "stats_record(peer, transport, op, bytes, status, seconds): count one operation."},
     {"stats_count", (PyCFunction)pt_py_stats_count, METH_VARARGS,
      "stats_count(peer, event): count one link event (connects, retries, ...)."},
+    {"verbs_local", (PyCFunction)pt_py_verbs_local, METH_VARARGS,
+     "verbs_local(rank) -> bytes: a queue pair for rank, what rank needs to connect to it."},
+    {"connect_verbs", (PyCFunction)pt_py_connect_verbs, METH_VARARGS,
+     "connect_verbs(rank, info): connect rank's queue pair; rank is reached over verbs."},
+    {"verbs_info", (PyCFunction)pt_py_verbs_info, METH_NOARGS,
+     "verbs_info() -> (profile, 'device port gid') once the device is open, else None."},
     {NULL}};
 
 PyTypeObject ContextType = {
@@ -798,6 +804,8 @@ static PyMethodDef module_methods[] = {
     {"hmac_sha256", pt_py_hmac_sha256, METH_VARARGS,
      "hmac_sha256(key, message) -> 32 bytes (the tcp transport's own HMAC)."},
     {"sha256", pt_py_sha256, METH_VARARGS, "sha256(message) -> 32 bytes."},
+    {"verbs_probe", pt_py_verbs_probe, METH_NOARGS,
+     "verbs_probe() -> text: the verbs library, devices, ports, GIDs, the choice."},
     {NULL}};
 
 static struct PyModuleDef moduledef = {

@@ -113,7 +113,7 @@ PyObject *pt_py_transport(ContextObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "i", &rank))
         return NULL;
     CTX(self);
-    static const char *names[] = {"none", "shm", "tcp"};
+    static const char *names[] = {"none", "shm", "tcp", "verbs"};
     return PyUnicode_FromString(names[pt_ctx_transport(self->ctx, rank)]);
 }
 

@@ -165,12 +165,34 @@ typedef struct {
     uint64_t refused;
 } pt_tcp_stats_t;
 void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out);
-/* How rank is reached: 0 not at all, 1 this process or shared memory, 2 tcp. */
+/* How rank is reached: 0 not at all, 1 this process or shared memory, 2 tcp, 3 verbs. */
 int pt_ctx_transport(pt_ctx_t *ctx, int rank);
 
 /* SHA-256 and HMAC-SHA256 (the transport's own, exposed for tests and tools). */
 void pt_sha256(const void *msg, size_t len, uint8_t out[32]);
 void pt_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32]);
+
+/* ---- verbs: RDMA (InfiniBand, RoCE, Thunderbolt) through libibverbs, loaded at run time ----
+ *
+ * The library is opened with dlopen at first use (libibverbs.so.1; macOS
+ * /usr/lib/librdma.dylib; $POOLTENSOR_VERBS_LIB), never linked. A peer is reached over verbs
+ * once both ends made a queue pair for each other (pt_ctx_verbs_local, its bytes given to the
+ * peer through the bootstrap) and connected it (pt_ctx_connect_verbs); its tcp address should
+ * be set first: tcp stays the liveness channel, and reaches the peer once its queue pair
+ * fails (the operation that saw it fail returns PT_ERR_PEER_LOST, or PT_ERR_TIMEOUT when the
+ * peer went silent). */
+/* What the library and devices offer, as lines of text (pooltensor doctor). */
+pt_status_t pt_verbs_probe(char *buf, size_t len);
+/* A queue pair for rank (the device opened at the first call): *len bytes of info (in: room,
+ * at least 64) to hand to rank. PT_ERR_UNSUPPORTED when no device is usable. */
+pt_status_t pt_ctx_verbs_local(pt_ctx_t *ctx, int rank, void *info, size_t *len);
+/* Connect rank's queue pair to what rank published; from now on rank is reached over verbs. */
+pt_status_t pt_ctx_connect_verbs(pt_ctx_t *ctx, int rank, const void *info, size_t len);
+/* "rc" or "uc-send" once the device is open, else NULL. */
+const char *pt_ctx_verbs_profile(pt_ctx_t *ctx);
+/* The device, port and GID index this context uses, the rails connected to some peer and
+ * the transfers striped over two, as "name port gid rails=N striped=M"; NULL before. */
+const char *pt_ctx_verbs_device(pt_ctx_t *ctx);
 
 /* ---- signals: one-sided notification, for algorithms built on windows ---- */
 

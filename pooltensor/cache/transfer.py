@@ -216,7 +216,7 @@ def _direct(pool, alloc, k, dst, inflight):
     slab would pay a round trip each); over shared memory the caller copies it at once."""
     m, S = alloc.members[k], pool.slab_size
     win = pool.read_win[alloc.heap]
-    if pool.world.transports[m] == "tcp":
+    if pool.world.transports[m] in ("tcp", "verbs"):
         if len(inflight) >= DIRECT_INFLIGHT:
             inflight.pop(0).wait()
         inflight.append(win.get_async(m, alloc.slots[k] * S, dst))

@@ -252,6 +252,14 @@ pt_status_t pt_ctx_add_segment(pt_ctx_t *ctx, pt_segment_t *seg)
     return st;
 }
 
+/* What a transport made for a registration goes with it (serve_lock held for writing). */
+static void forget(pt_ctx_t *ctx, uint64_t key)
+{
+    for (const pt_transport_ops_t *const *t = pt_transports; *t; t++)
+        if ((*t)->forget)
+            (*t)->forget(ctx, key);
+}
+
 pt_status_t pt_ctx_remove_segment(pt_ctx_t *ctx, pt_segment_t *seg)
 {
     pthread_rwlock_wrlock(&ctx->serve_lock); /* no tcp request is inside it after this */
@@ -262,8 +270,11 @@ pt_status_t pt_ctx_remove_segment(pt_ctx_t *ctx, pt_segment_t *seg)
             continue;
         for (int r = 0; r < PT_MAX_REGS; r++) {
             pt_ctrl_reg_t *reg = &ctx->ctrl->regs[r];
-            if (atomic_load(&reg->key) && reg->seg == s)
+            uint64_t key = atomic_load(&reg->key);
+            if (key && reg->seg == s) {
                 atomic_store(&reg->key, 0);
+                forget(ctx, key);
+            }
         }
         atomic_store(&ctx->ctrl->segs[s].gen, 0);
         ctx->ctrl->segs[s].fd = -1;
@@ -320,6 +331,8 @@ pt_status_t pt_ctx_deregister(pt_ctx_t *ctx, uint64_t key)
     pthread_mutex_lock(&ctx->reg_lock);
     uint64_t expected = key;
     int ok = atomic_compare_exchange_strong(&ctx->ctrl->regs[slot].key, &expected, 0);
+    if (ok)
+        forget(ctx, key);
     pthread_mutex_unlock(&ctx->reg_lock);
     pthread_rwlock_unlock(&ctx->serve_lock);
     return ok ? PT_OK : PT_ERR_KEY;

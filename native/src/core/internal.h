@@ -135,6 +135,7 @@ struct pt_ctx {
                                              write: deregistration, segment removal */
     struct pt_tcp_server *server;
     pt_stats_t *stats;                    /* what the data path did (core/stats.c) */
+    struct pt_verbs *verbs;               /* the verbs transport's state, once it is used */
 };
 
 /* For the team engine: a writable direct pointer to [off, off+len) of rank's registration

@@ -2,7 +2,8 @@
  * plus capability flags, defined in its own room (pt_transport_shm in transport/shm,
  * pt_transport_tcp in transport/tcp). A peer holds a pointer to the table that reaches it
  * (pt_peer_t.ops: shm once pt_ctx_connect mapped its control block, tcp once it has a tcp
- * address, which wins); the entry points of pt.h (core/rma.c, core/progress.c) check what
+ * address, which wins; verbs once its queue pair is connected, falling back to tcp when the
+ * queue pair fails); the entry points of pt.h (core/rma.c, core/progress.c) check what
  * does not depend on the transport and call through it.
  *
  * Every entry is set. An operation a transport lacks points at the shared
@@ -71,10 +72,14 @@ typedef struct pt_transport_ops {
      * release after them (what stayed mapped); NULL when there is nothing to do */
     void (*stop)(pt_ctx_t *ctx);
     void (*release)(pt_ctx_t *ctx);
+    /* a registration has gone (deregistered, or its segment removed; serve_lock held for
+     * writing): what the transport made for it goes too. NULL when it made nothing */
+    void (*forget)(pt_ctx_t *ctx, uint64_t key);
 } pt_transport_ops_t;
 
 extern const pt_transport_ops_t pt_transport_shm;
 extern const pt_transport_ops_t pt_transport_tcp;
+extern const pt_transport_ops_t pt_transport_verbs;
 /* Every transport, NULL-terminated, in the order pt_ctx_destroy stops them
  * (core/transport.c). */
 extern const pt_transport_ops_t *const pt_transports[];
