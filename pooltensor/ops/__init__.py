@@ -1,7 +1,7 @@
 """The ops room: what computes on pool arrays.
 
 executor.py runs a kernel where the output slabs live (SPMD ranks, or the plain script over its
-members); ufuncs.py (NEP-13), reductions.py with reducer.py, linalg.py, shape.py and tiles.py are
+members); ufuncs.py (NEP-13), reductions.py with reducer.py, products.py (matmul), shape.py and tiles.py are
 the operations; dispatch.py is NEP-18 with its ``@implements`` registry; namespace.py the Array
 API names; methods.py the ndarray's computing methods, bound once by the package.
 

@@ -27,7 +27,7 @@ import numpy as np
 from ..array.array import ndarray
 from ..array.creation import fill_here
 from ..pool import member, work
-from . import executor, linalg, reducer, shape
+from . import executor, products, reducer, shape
 
 
 def _array(a, off, shape, strides, dtype):
@@ -54,7 +54,7 @@ def _assign(pool, dst, src):
 
 
 def _rows(pool, a, B, out, rdt):
-    linalg.rows_here(a, B, out, rdt, True)
+    products.rows_here(a, B, out, rdt, True)
     return None
 
 
