@@ -89,7 +89,7 @@ def vecdot(x1, x2, /, *, axis=-1):
     if ax1 < 0 or ax2 < 0 or x1.shape[ax1] != x2.shape[ax2]:
         raise ValueError("x1 and x2 must have the same size along the axis")
     prod = (np.conjugate(x1) if x1.dtype.kind == "c" else x1) * x2
-    return _sum(prod, axis=ax - nd)
+    return _sum(prod, axis=ax - nd, dtype=prod.dtype)
 
 
 def outer(x1, x2, /):
@@ -326,7 +326,7 @@ def pinv(x, /, *, rtol=None):
     if rtol is None:
         rtol = max(a.shape[-2:]) * np.finfo(a.dtype).eps if a.dtype.kind in "fc" else 1e-15
     if isinstance(rtol, ndarray):
-        rtol = rtol.to_numpy()[..., None]
+        rtol = rtol.to_numpy()
     return coerce.own(np.linalg.pinv(a, rcond=rtol))
 
 

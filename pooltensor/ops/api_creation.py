@@ -77,8 +77,6 @@ def asarray(obj, /, dtype=None, *, device=None, copy=None, placement=None, acces
             not isinstance(obj, (np.ndarray, np.generic)):
         arr = arr.astype(np.int64)
     creation._check_dtype(arr.dtype)
-    if placement is None and access is None:
-        return coerce.small(arr) if arr.nbytes <= 1 << 16 else creation.from_numpy(arr)
     return creation.from_numpy(arr, placement=placement, access=access or "readwrite")
 
 

@@ -131,6 +131,8 @@ class ArrayMethods:
         if dl_device is not None and tuple(dl_device) != (KDLCPU, 0):
             raise BufferError("pool arrays export to the CPU only")
         view = None if copy else self._local_view()
+        if view is None and self.size == 0:
+            view = np.empty(self.shape, self.dtype)        # no bytes to share
         if view is None:
             if copy is False or self.nbytes > current().materialize_limit:
                 raise BufferError("this pool array is not one local buffer (its elements lie "

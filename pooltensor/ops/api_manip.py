@@ -177,7 +177,7 @@ def unstack(x, /, *, axis=0):
         raise ValueError("unstack needs an array of at least one dimension")
     axis = _norm(operator.index(axis), x.ndim)
     pre = (slice(None),) * axis
-    return tuple(x[pre + (i,)] for i in range(x.shape[axis]))
+    return tuple(coerce.own(x[pre + (i,)]) for i in range(x.shape[axis]))
 
 
 def _index_array(indices):

@@ -8,7 +8,7 @@ So no module of the array room imports an op, and no op needs a lazy import of t
 """
 import numpy as np
 
-from . import api_info, coerce, dispatch, namespace, products, reductions, ufuncs
+from . import api_info, api_special, coerce, dispatch, namespace, products, reductions, ufuncs
 from . import shape as _shape
 from .api_info import API_VERSIONS
 
@@ -155,7 +155,7 @@ def bind(cls, namespace_module):
     """Give `cls` (the pool ndarray) the methods above; its Array API namespace is
     `namespace_module` (the pooltensor package)."""
     _bound["namespace"] = namespace_module
-    for methods in (Methods, api_info.ArrayMethods):
+    for methods in (Methods, api_info.ArrayMethods, api_special.FloorOperators):
         for name, value in vars(methods).items():
             if name not in ("__module__", "__qualname__", "__doc__", "__dict__", "__weakref__"):
                 setattr(cls, name, value)

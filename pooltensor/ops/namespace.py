@@ -12,7 +12,7 @@ import numpy as np
 import collections
 
 from ..array.creation import full
-from . import coerce, dispatch, executor, kernels, ufuncs
+from . import api_special, coerce, dispatch, executor, kernels, ufuncs
 from .api_info import API_VERSION, API_VERSIONS
 
 __array_api_version__ = API_VERSION
@@ -66,6 +66,8 @@ def _elementwise(name, uf):
 for _n, _u in UFUNCS.items():
     globals()[_n] = _elementwise(_n, _u)
 del _n, _u
+floor_divide = coerce.api(api_special.floor_divide)   # the standard's special cases
+expm1 = coerce.api(api_special.expm1)
 
 
 @coerce.api
