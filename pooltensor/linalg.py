@@ -276,9 +276,14 @@ def lstsq(a, b, /):
     Q's rows live), else numpy.linalg.lstsq on gathered copies."""
     if _tall(a):
         q, r = tsqr.qr(coerce.array(a))
-        qh = q.conj().T if q.dtype.kind == "c" else q.T
-        qtb = coerce.array(coerce.own(products.matmul(qh, coerce.array(b))))
-        return coerce.own(np.linalg.solve(r, qtb.to_numpy()))
+        b = coerce.array(b)
+        qc = np.conjugate(q) if q.dtype.kind == "c" else q
+        if b.ndim == 1:            # Q^H b: products and a sum over the rows, where they live
+            qtb = reductions.sum(qc * b.reshape(b.shape[0], 1), 0)
+        else:
+            qtb = reductions.sum(qc.reshape(qc.shape + (1,)) *
+                                 b.reshape(b.shape[0], 1, b.shape[1]), 0)
+        return coerce.own(np.linalg.solve(r, np.asarray(coerce.array(qtb).to_numpy())))
     return coerce.own(np.linalg.lstsq(_gather(a, "lstsq"), _gather(b, "lstsq"))[0])
 
 

@@ -15,6 +15,7 @@ small arrays.
 """
 import numpy as np
 
+from ..cache import transfer
 from ..pool.runtime import current
 from . import executor
 
@@ -65,3 +66,11 @@ def finish(*outs):
     pool = current()
     if pool.spmd and pool.size > 1:
         pool.sync()
+
+
+def read(x):
+    """The elements of pool array x as numpy, without the materialize_limit check: for the
+    pieces these passes size themselves (a chunk, a sample, a bucket of a sample sort,
+    which may run somewhat past a chunk when the sample misjudged it)."""
+    out = np.empty(x.shape, x.dtype)
+    return transfer.read(x._a.pool, x._a, x._off, x.shape, x.strides, x.dtype, out)

@@ -105,8 +105,9 @@ def _big_sort(x, axis, want_index):
 def _splitters(x, nb):
     """nb - 1 values cutting x (1-D) into about equal buckets, from an evenly spaced sample."""
     n = x.shape[0]
-    step = max(1, n // (64 * nb))
-    sample = np.sort(x[::step].to_numpy()) if n else np.empty(0, x.dtype)
+    want = min(64 * nb, chunks.rows(x))
+    step = max(1, n // max(1, want))
+    sample = np.sort(chunks.read(x[::step])) if n else np.empty(0, x.dtype)
     if not sample.size or nb <= 1:
         return sample[:0]
     pos = (np.arange(1, nb) * sample.size) // nb
@@ -156,10 +157,10 @@ def _sample_sort(x, out, want_index, values_out=None):
     for s, e in mygroups:
         if e <= s:
             continue
-        v = tmp[s:e].to_numpy()
+        v = chunks.read(tmp[s:e])
         order = np.argsort(v, kind="stable")
         if want_index:
-            out[s:e] = tmpi[s:e].to_numpy()[order]
+            out[s:e] = chunks.read(tmpi[s:e])[order]
             if values_out is not None:
                 values_out[s:e] = v[order]
         else:
