@@ -4,8 +4,8 @@ A transform along some axes needs each whole line along those axes. Up to the po
 materialize_limit the array is gathered and numpy.fft does the work. Above it, the
 transformed axes are moved last and the array is cut along its leading (untransformed) axis
 into chunks of whole lines (pooltensor/ops/chunks.py): each chunk is read, transformed by
-numpy and written into the result's rows, the chunks dealt out among SPMD ranks (a plain
-script streams them through its cache). A transform over every axis of a big array (no
+numpy and written into the result's rows where the chunk's first row lives (SPMD ranks, a
+plain script's members; the script streams the rest through its cache). A transform over every axis of a big array (no
 untransformed axis to cut along) is refused with MaterializeTooLarge.
 Result dtypes are numpy's (complex64 from float32/complex64, complex128 otherwise).
 """
@@ -14,7 +14,7 @@ import operator
 import numpy as np
 
 from .errors import MaterializeTooLarge
-from .ops import chunks, coerce, executor
+from .ops import chunkjobs, chunks, coerce, executor
 from .ops.api_info import check_device
 
 _norm = np.lib.array_utils.normalize_axis_index
@@ -53,10 +53,8 @@ def _run(name, x, n, axes, norm, shape_kw):
     shp_v = tuple(xv.shape[:len(rest)]) + probe.shape[len(rest):]
     out_v = executor.new_like(shp_v, probe.dtype, what=f"fft.{name}")
     parts = chunks.ranges(xv.shape[0], chunks.rows(xv))
-    _, todo = chunks.mine(parts)
-    for r0, r1 in todo:
-        out_v[r0:r1] = fn(xv[r0:r1].to_numpy(), norm=norm, **kw)
-    chunks.finish(out_v)
+    chunks.run(chunkjobs.FftRows(name, dict(kw, norm=norm)), parts, xv, [xv, out_v],
+               outs=[out_v])
     inv = list(np.argsort(order))
     return _perm(out_v, inv)
 

@@ -40,7 +40,10 @@ def test_sample_sort_and_unique(pool, n, dt, seed):
         a[::17] = np.nan
     x = pt.asarray(a)
     assert x.nbytes > LIMIT
+    before = pool.plans.get("chunks", 0)
     same(pt.sort(x), np.sort(a, kind="stable"))
+    if pool.size > 1:                 # the members sorted the chunks they home
+        assert pool.plans.get("chunks", 0) > before
     same(pt.argsort(x), np.argsort(a, kind="stable"))
     same(pt.sort(x, descending=True), np.flip(np.sort(a)))
     want = np.flip(n - 1 - np.argsort(np.flip(a), kind="stable"))

@@ -6,14 +6,15 @@ offsets (chunks.py): the array, seen with the scanned axis first, is cut into ch
 that axis; pass 1 reduces each chunk to its total (a sum or product over the axis), the
 totals are exchanged (SPMD: one allgather) and scanned into each chunk's carry-in; pass 2
 scans each chunk with numpy, combines the carry and writes the chunk of the result where it
-lives. Two reads of the input, one write of the result, no gather.
+lives. Two reads of the input, one write of the result, no gather; each chunk is scanned
+where its first row lives (chunks.run: the members of a plain script do theirs).
 """
 import operator
 
 import numpy as np
 
 from ..array.array import ndarray
-from . import chunks, coerce, executor
+from . import chunkjobs, chunks, coerce, executor
 from .dispatch import implements
 
 _norm = np.lib.array_utils.normalize_axis_index
@@ -62,23 +63,15 @@ def scan(x, out, kind, axis):
     xv = x if axis == 0 else x.swapaxes(0, axis)
     ov = out if axis == 0 else out.swapaxes(0, axis)
     dt = out.dtype
-    red = np.sum if kind == "sum" else np.prod
-    acc = np.cumsum if kind == "sum" else np.cumprod
     parts = chunks.ranges(xv.shape[0], chunks.rows(xv))
-    first, todo = chunks.mine(parts)
-    totals = [red(xv[r0:r1].to_numpy(), axis=0, dtype=dt) for r0, r1 in todo]
-    totals = chunks.gather_list(totals, first, len(parts))
+    totals = chunks.run(chunkjobs.ScanTotals(kind, dt), parts, xv, [xv])
     carry = np.zeros(xv.shape[1:], dt) if kind == "sum" else np.ones(xv.shape[1:], dt)
     carries = []
     for t in totals:
         carries.append(carry)
         carry = carry + t if kind == "sum" else carry * t
-    for i, (r0, r1) in enumerate(todo):
-        c = carries[first + i]
-        block = acc(xv[r0:r1].to_numpy(), axis=0, dtype=dt)
-        block = block + c if kind == "sum" else block * c
-        ov[r0:r1] = block.astype(dt, copy=False)
-    chunks.finish(out)
+    job = chunkjobs.ScanWrite(kind, dt, [r0 for r0, _ in parts], np.stack(carries))
+    chunks.run(job, parts, xv, [xv, ov], outs=[out])
 
 
 def _np_cum(kind):

@@ -13,7 +13,8 @@ gather of the whole array:
   (and their indices) into their buckets' places in a scratch pool array, in input order;
   pass 3 sorts each bucket (groups of buckets up to a chunk) and writes it into the result.
   Buckets keep input order, so a stable sort of each bucket is a stable sort of the whole.
-  Under SPMD the chunks and the buckets are dealt out among the ranks;
+  Every chunk and every group of buckets is worked on where its first element lives
+  (chunks.run: SPMD ranks, a plain script's members);
 - unique_values / unique_counts: the sample-sorted values, then one chunked pass that keeps
   each value differing from its predecessor and counts the runs;
 - nonzero: one pass counting each chunk's nonzeros, one writing their indices;
@@ -26,7 +27,8 @@ import operator
 import numpy as np
 
 from ..array.array import ndarray
-from . import chunks, coerce, executor
+from ..pool.runtime import current
+from . import chunkjobs, chunks, coerce, executor
 
 _norm = np.lib.array_utils.normalize_axis_index
 
@@ -93,12 +95,7 @@ def _big_sort(x, axis, want_index):
     xv = x.swapaxes(axis, -1)
     ov = out.swapaxes(axis, -1)
     parts = chunks.ranges(xv.shape[0], chunks.rows(xv))
-    _, todo = chunks.mine(parts)
-    for r0, r1 in todo:
-        a = xv[r0:r1].to_numpy()
-        ov[r0:r1] = np.argsort(a, axis=-1, kind="stable") if want_index else \
-            np.sort(a, axis=-1, kind="stable")
-    chunks.finish(out)
+    chunks.run(chunkjobs.RowSort(want_index), parts, xv, [xv, ov], outs=[out])
     return out
 
 
@@ -114,58 +111,31 @@ def _splitters(x, nb):
     return np.unique(sample[pos])
 
 
-def _sample_sort(x, out, want_index, values_out=None):
-    """out = sort(x) (or argsort when want_index) of 1-D pool array x; values_out, when
-    given, receives the sorted values as well (unique uses both)."""
+def _sample_sort(x, out, want_index):
+    """out = sort(x) (or the stable argsort when want_index) of 1-D pool array x."""
     n = x.shape[0]
     step = chunks.rows(x)
     parts = chunks.ranges(n, step)
     nb = max(2, -(-n // step) * 2)
     spl = _splitters(x, nb)
     nb = spl.size + 1
-    first, todo = chunks.mine(parts)
-    counts = []
-    for r0, r1 in todo:
-        b = np.searchsorted(spl, x[r0:r1].to_numpy(), side="right")
-        counts.append(np.bincount(b, minlength=nb))
-    counts = np.array(chunks.gather_list(counts, first, len(parts)), np.int64).reshape(-1, nb)
+    counts = chunks.run(chunkjobs.BucketCount(spl), parts, x, [x])
+    counts = np.array(counts, np.int64).reshape(-1, nb)
     per_bucket = counts.sum(axis=0)
     bstart = np.concatenate([[0], np.cumsum(per_bucket)])
-    within = np.cumsum(counts, axis=0) - counts          # chunk c's place inside bucket b
+    place = bstart[:nb] + (np.cumsum(counts, axis=0) - counts)   # chunk c's share of bucket b
     tmp = executor.new_like((n,), x.dtype, what="sample sort values")
     tmpi = executor.new_like((n,), np.int64, what="sample sort indices")
-    for i, (r0, r1) in enumerate(todo):
-        c = first + i
-        v = x[r0:r1].to_numpy()
-        b = np.searchsorted(spl, v, side="right")
-        order = np.argsort(b, kind="stable")
-        vs, bs = v[order], b[order]
-        edges = np.concatenate([[0], np.cumsum(np.bincount(bs, minlength=nb))])
-        for k in np.nonzero(counts[c])[0]:
-            s, e = edges[k], edges[k + 1]
-            at = bstart[k] + within[c, k]
-            tmp[at:at + e - s] = vs[s:e]
-            tmpi[at:at + e - s] = order[s:e] + r0
-    chunks.finish(tmp, tmpi)
+    job = chunkjobs.Partition(spl, [r0 for r0, _ in parts], place)
+    chunks.run(job, parts, x, [x, tmp, tmpi], outs=[tmp, tmpi])
     groups, g0 = [], 0                    # consecutive buckets up to a chunk's size
     for k in range(nb):
         if bstart[k + 1] - bstart[g0] > step and k > g0:
             groups.append((int(bstart[g0]), int(bstart[k])))
             g0 = k
     groups.append((int(bstart[g0]), int(bstart[nb])))
-    _, mygroups = chunks.mine(groups)
-    for s, e in mygroups:
-        if e <= s:
-            continue
-        v = chunks.read(tmp[s:e])
-        order = np.argsort(v, kind="stable")
-        if want_index:
-            out[s:e] = chunks.read(tmpi[s:e])[order]
-            if values_out is not None:
-                values_out[s:e] = v[order]
-        else:
-            out[s:e] = v[order]
-    chunks.finish(out)
+    groups = [g for g in groups if g[1] > g[0]]
+    chunks.run(chunkjobs.BucketSort(want_index), groups, tmp, [out, tmp, tmpi], outs=[out])
 
 
 # -- unique --------------------------------------------------------------------------------------
@@ -225,37 +195,18 @@ def _big_unique(x):
     _sample_sort(flat, s, want_index=False)
     n = flat.shape[0]
     parts = chunks.ranges(n, chunks.rows(s))
-    first, todo = chunks.mine(parts)
-    local = []
-    for r0, r1 in todo:
-        v = s[r0:r1].to_numpy()
-        prev = s[r0 - 1:r0].to_numpy() if r0 else v[:0]
-        keep = np.ones(v.shape, bool)
-        if v.size:
-            keep[1:] = v[1:] != v[:-1]
-            keep[0] = r0 == 0 or bool(v[0] != prev[0])
-        local.append((v[keep], np.nonzero(keep)[0] + r0))
-    starts_per = chunks.gather_list([len(k[0]) for k in local], first, len(parts))
-    total = int(sum(starts_per))
+    sizes = chunks.run(chunkjobs.RunStarts(), parts, s, [s])
+    total = int(sum(sizes))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     vals = executor.new_like((total,), flat.dtype, what="unique values")
     pos = executor.new_like((total + 1,), np.int64, what="unique starts")
-    at = int(sum(starts_per[:first]))
-    for uv, st in local:
-        vals[at:at + len(uv)] = uv
-        pos[at:at + len(uv)] = st
-        at += len(uv)
-    if first + len(todo) == len(parts) or not (current_spmd()):
-        pos[total:total + 1] = np.array([n], np.int64)
-    chunks.finish(vals, pos)
+    job = chunkjobs.RunStarts([r0 for r0, _ in parts], offsets)
+    chunks.run(job, parts, s, [s, vals, pos], outs=[vals, pos])
+    pos[total:total + 1] = np.array([n], np.int64)
+    if current().spmd:
+        current().sync()
     counts = pos[1:] - pos[:-1]
     return vals, counts
-
-
-def current_spmd():
-    """Whether this process is one rank of several in SPMD (chunks are dealt out)."""
-    from ..pool.runtime import current
-    pool = current()
-    return pool.spmd and pool.size > 1
 
 
 # -- searching -----------------------------------------------------------------------------------
@@ -275,33 +226,15 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None):
         return coerce.own(np.searchsorted(x1.to_numpy(), x2.to_numpy(), side=side)
                           .astype(np.int64))
     out = executor.new_like(x2.shape, np.int64, like=x2, what="searchsorted")
-    small_x1 = not chunks.big(x1)
-    a1 = x1.to_numpy() if small_x1 else None
-    bounds = None
-    if not small_x1:                   # the first element of each chunk of x1
+    if chunks.big(x1):                 # x1 through the first element of each of its chunks
         step = chunks.rows(x1)
-        bounds = x1[::step].to_numpy()
+        job = chunkjobs.Search(side, bounds=chunks.read(x1[::step]), step=step)
+    else:
+        job = chunkjobs.Search(side, whole=x1.to_numpy())
     flat2 = x2.reshape(-1) if x2.ndim != 1 else x2
     fo = out.reshape(-1) if out.ndim != 1 else out
-    parts = chunks.ranges(flat2.shape[0] if flat2.ndim else 1, chunks.rows(flat2))
-    _, todo = chunks.mine(parts)
-    for r0, r1 in todo:
-        v = flat2[r0:r1].to_numpy()
-        if small_x1:
-            fo[r0:r1] = np.searchsorted(a1, v, side=side)
-            continue
-        res = np.empty(v.shape, np.int64)
-        k = np.searchsorted(bounds, v, side=side)      # which chunk of x1 decides
-        for c in np.unique(k):
-            sel = k == c
-            if c == 0:
-                res[sel] = 0
-                continue
-            lo = (c - 1) * step
-            part = x1[lo:lo + step + 1].to_numpy()
-            res[sel] = lo + np.searchsorted(part, v[sel], side=side)
-        fo[r0:r1] = res
-    chunks.finish(out)
+    parts = chunks.ranges(flat2.shape[0], chunks.rows(flat2))
+    chunks.run(job, parts, flat2, [flat2, fo, x1], outs=[out])
     return out
 
 
@@ -320,15 +253,10 @@ def nonzero(x, /):
         return tuple(coerce.own(i.astype(np.int64)) for i in np.nonzero(x.to_numpy()))
     flat = x.reshape(-1)
     parts = chunks.ranges(flat.shape[0], chunks.rows(flat))
-    first, todo = chunks.mine(parts)
-    found = [np.flatnonzero(flat[r0:r1].to_numpy()) + r0 for r0, r1 in todo]
-    sizes = chunks.gather_list([len(f) for f in found], first, len(parts))
+    sizes = chunks.run(chunkjobs.NonzeroRows(x.shape), parts, flat, [flat])
     total = int(sum(sizes))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     out = executor.new_like((x.ndim, total), np.int64, what="nonzero")
-    at = int(sum(sizes[:first]))
-    for f in found:
-        out[:, at:at + len(f)] = np.stack(np.unravel_index(f, x.shape)) if len(f) else \
-            np.empty((x.ndim, 0), np.int64)
-        at += len(f)
-    chunks.finish(out)
+    job = chunkjobs.NonzeroRows(x.shape, [r0 for r0, _ in parts], offsets)
+    chunks.run(job, parts, flat, [flat, out], outs=[out])
     return tuple(out[i] for i in range(x.ndim))

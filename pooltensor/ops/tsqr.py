@@ -1,7 +1,7 @@
 """Tall-skinny QR (TSQR) of a pool matrix spread by rows, and the SVD built on it.
 
-For an (m, n) matrix with m much larger than n, cut into row chunks (chunks.py; dealt out
-among SPMD ranks, streamed by a plain script):
+For an (m, n) matrix with m much larger than n, cut into row chunks (chunks.py; each chunk
+factored where its first row lives: SPMD ranks, a plain script's members):
 
 1. each chunk A_i is factored by numpy, A_i = Q_i R_i; Q_i is written into the result Q's
    rows where they live, R_i (at most n x n) is kept;
@@ -15,7 +15,7 @@ R_i (chunks times n x n) is ever held by one process. svd: A = Q R, R = U_r S Vh
 """
 import numpy as np
 
-from . import chunks, executor, products
+from . import chunkjobs, chunks, executor, products
 
 
 def _row_step(a):
@@ -26,9 +26,7 @@ def _row_step(a):
 def r_factor(a):
     """R of the reduced QR of pool matrix a (m >= n), without forming Q."""
     parts = chunks.ranges(a.shape[0], _row_step(a))
-    first, todo = chunks.mine(parts)
-    rs = [np.linalg.qr(a[r0:r1].to_numpy(), mode="r") for r0, r1 in todo]
-    rs = chunks.gather_list(rs, first, len(parts))
+    rs = chunks.run(chunkjobs.RFactor(), parts, a, [a])
     return np.linalg.qr(np.concatenate(rs, axis=0), mode="r")
 
 
@@ -39,22 +37,11 @@ def qr(a):
     dt = np.linalg.qr(np.zeros((1, 1), a.dtype))[0].dtype
     q = executor.new_like((m, n), dt, like=a if a.dtype == dt else None, what="tsqr Q")
     parts = chunks.ranges(m, _row_step(a))
-    first, todo = chunks.mine(parts)
-    rs = []
-    for r0, r1 in todo:
-        qi, ri = np.linalg.qr(a[r0:r1].to_numpy(), mode="reduced")
-        q[r0:r1, :qi.shape[1]] = qi
-        rs.append(ri)
-    chunks.finish(q)
-    rs = chunks.gather_list(rs, first, len(parts))
+    rs = chunks.run(chunkjobs.QRRows(), parts, a, [a, q], outs=[q])
     q2, r = np.linalg.qr(np.concatenate(rs, axis=0), mode="reduced")
-    starts = np.concatenate([[0], np.cumsum([ri.shape[0] for ri in rs])])
-    for i, (r0, r1) in enumerate(todo):
-        k = first + i
-        blk = q2[starts[k]:starts[k + 1]]
-        qi = q[r0:r1, :blk.shape[0]].to_numpy()
-        q[r0:r1] = qi @ blk
-    chunks.finish(q)
+    q2_at = np.concatenate([[0], np.cumsum([ri.shape[0] for ri in rs])]).astype(np.int64)
+    job = chunkjobs.QRRows([r0 for r0, _ in parts], q2, q2_at)
+    chunks.run(job, parts, a, [a, q], outs=[q])
     return q, r
 
 
