@@ -277,3 +277,30 @@ def test_a_zero_copy_view_outlives_its_pool_array(pool):
     v = pt.asarray(np.float64(1.25)).to_numpy()
     others = [pt.asarray(np.float64(-i)) for i in range(8)]
     assert v == 1.25 and len(others) == 8
+
+
+def test_special_cases_of_the_standard(pool):
+    """Where numpy's special cases differ, the namespace and the // operators follow the
+    standard; np.floor_divide on pool arrays keeps numpy's."""
+    inf = np.inf
+    a = np.array([inf, -inf, 1.0, -1.0, 7.0])
+    b = np.array([2.0, 2.0, -inf, inf, 2.0])
+    want = np.array([inf, -inf, -0.0, -0.0, 3.0])
+    got = pt.floor_divide(a, b).to_numpy()
+    np.testing.assert_array_equal(got, want)
+    assert list(np.signbit(got)) == list(np.signbit(want))
+    np.testing.assert_array_equal((pt.asarray(a) // pt.asarray(b)).to_numpy(), want)
+    np.testing.assert_array_equal((pt.asarray(a) // 2.0).to_numpy(),
+                                  np.array([inf, -inf, 0.0, -1.0, 3.0]))
+    x = pt.asarray(a.copy())
+    x //= pt.asarray(b)
+    np.testing.assert_array_equal(x.to_numpy(), want)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(np.floor_divide(pt.asarray(a), pt.asarray(b)).to_numpy(),
+                                      np.floor_divide(a, b))
+    z = np.array([complex(inf, 0.0), complex(-inf, inf), complex(np.nan, 0.0)])
+    np.testing.assert_array_equal(pt.expm1(z).to_numpy(),
+                                  np.array([complex(inf, 0), complex(-1, 0),
+                                            complex(np.nan, 0)]))
+    t = pt.tanh(np.array([complex(inf, 3e150), complex(-inf, -2.0)])).to_numpy()
+    assert list(t.real) == [1.0, -1.0] and list(np.signbit(t.imag)) == [False, True]

@@ -7,6 +7,9 @@
   a second blockwise pass.
 - expm1 of complex numbers with an infinite or NaN part: numpy's expm1 gives NaN + NaN j;
   the standard's values are those of exp(z) - 1, used for those elements.
+- tanh of complex numbers with an infinite real part and a finite imaginary one: the
+  standard says +-1 + 0j with the zero signed as the imaginary part (tanh(conj z) = conj
+  tanh z); numpy signs it as sin(2y).
 
 ``np.floor_divide(x, y)`` and ``np.expm1(x)`` on pool arrays (NEP-13) keep numpy's results.
 """
@@ -41,11 +44,35 @@ class _Expm1Fix:
         return r
 
 
+class _TanhFix:
+    """r with +-1 + (+-0)j where z = +-inf + yj, y finite (complex)."""
+
+    def __call__(self, r, z):
+        r = np.array(r, copy=True)
+        z = np.broadcast_to(z, r.shape)
+        m = np.isinf(z.real) & np.isfinite(z.imag)
+        if m.any():
+            r.real[m], r.imag[m] = np.sign(z.real[m]), np.copysign(0.0, z.imag[m])
+        return r
+
+
+def tanh(x, /):
+    """The hyperbolic tangent elementwise; the standard's signed zero for complex inputs
+    with an infinite real part."""
+    x = coerce.array(x)
+    r = ufuncs.apply(np.tanh, [x])
+    if r.dtype.kind == "c" and r.size:
+        blocks.map_into(_TanhFix(), r, r, x)
+    return r
+
+
 def floor_divide(x1, x2, /):
     """x1 // x2 elementwise, rounding towards negative infinity, with the standard's special
     cases for infinite operands (see the module)."""
     x1, x2 = coerce.arg(x1), coerce.arg(x2)
-    r = ufuncs.apply(np.floor_divide, [x1, x2])
+    floats = np.result_type(*[getattr(v, "dtype", v) for v in (x1, x2)]).kind in "fc"
+    with np.errstate(invalid="ignore") if floats else np.errstate():
+        r = ufuncs.apply(np.floor_divide, [x1, x2])   # the NaNs of inf // y are replaced
     if r.dtype.kind == "f" and r.size:
         blocks.map_into(_FloorFix(), r, r, x1, x2)
     return r
@@ -55,7 +82,8 @@ def expm1(x, /):
     """exp(x) - 1 elementwise, accurate near zero; the standard's values for complex inputs
     with infinite or NaN parts."""
     x = coerce.array(x)
-    r = ufuncs.apply(np.expm1, [x])
+    with np.errstate(invalid="ignore") if x.dtype.kind == "c" else np.errstate():
+        r = ufuncs.apply(np.expm1, [x])      # the NaNs of non-finite inputs are replaced
     if r.dtype.kind == "c" and r.size:
         blocks.map_into(_Expm1Fix(), r, r, x)
     return r
@@ -71,8 +99,12 @@ class FloorOperators:
         return floor_divide(other, self)
 
     def __ifloordiv__(self, other):
-        r = floor_divide(self, other)
-        if r.dtype != self.dtype and not np.can_cast(r.dtype, self.dtype, "same_kind"):
-            raise TypeError(f"Cannot cast floor_divide output from {r.dtype} to {self.dtype}")
-        self[...] = r
+        other = coerce.arg(other)
+        shape = np.broadcast_shapes(self.shape, getattr(other, "shape", ()))
+        if shape != self.shape:
+            raise ValueError(f"non-broadcastable output operand with shape {self.shape} "
+                             f"doesn't match the broadcast shape {shape}")
+        sample = np.empty(0, self.dtype)           # numpy's casting check (and its error)
+        np.floor_divide(sample, ufuncs._sample(other), out=sample)
+        self[...] = floor_divide(self, other)
         return self

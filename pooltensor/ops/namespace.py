@@ -68,6 +68,7 @@ for _n, _u in UFUNCS.items():
 del _n, _u
 floor_divide = coerce.api(api_special.floor_divide)   # the standard's special cases
 expm1 = coerce.api(api_special.expm1)
+tanh = coerce.api(api_special.tanh)
 
 
 @coerce.api
