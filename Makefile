@@ -83,6 +83,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/ops.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/ops.py
 	$(BIN)/python bench/plain.py
+	$(BIN)/python bench/arrayapi.py
 	$(BIN)/python bench/tcp.py
 
 clean:
