@@ -112,9 +112,6 @@ def arange(start, /, stop=None, step=1, dtype=None, *, device=None, placement=No
            access="readwrite"):
     """Evenly spaced values in [start, stop) (int64 for integers, float64 otherwise)."""
     check_device(device)
-    if dtype is None:
-        vals = [v for v in (start, stop, step) if v is not None]
-        dtype = np.float64 if any(isinstance(v, float) for v in vals) else np.int64
     return creation.arange(start, stop, step, dtype, placement=placement, access=access)
 
 

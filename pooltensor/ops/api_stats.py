@@ -19,73 +19,73 @@ def _axis(axis):
     return tuple(axis) if isinstance(axis, list) else axis
 
 
-def _sum_dtype(x, dtype):
-    """The standard's accumulation dtype: int64/uint64 for smaller integers (numpy agrees),
-    the input's for floats."""
-    if dtype is not None:
-        return dtype
-    return None
+def _give(res, kw):
+    """A namespace result: a pool array, except what numpy's out= asked for."""
+    return res if kw.get("out") is not None else coerce.own(res)
 
 
-def sum(x, /, *, axis=None, dtype=None, keepdims=False):    # noqa: A001
+# Each takes the standard's arguments and, beyond them, numpy's (out=, where=, initial=,
+# dtype= of mean, ddof=): pooltensor's namespace is also the numpy-like one of pool arrays.
+
+def sum(x, /, *, axis=None, dtype=None, keepdims=False, **kw):    # noqa: A001
     """Sum over `axis` (all when None); integers accumulate in the default integer."""
-    x = coerce.array(x)
-    return coerce.own(reductions.sum(x, _axis(axis), _sum_dtype(x, dtype), None, keepdims))
+    return _give(reductions.sum(coerce.array(x), _axis(axis), dtype, keepdims=keepdims, **kw),
+                 kw)
 
 
-def prod(x, /, *, axis=None, dtype=None, keepdims=False):
+def prod(x, /, *, axis=None, dtype=None, keepdims=False, **kw):
     """Product over `axis` (all when None)."""
-    x = coerce.array(x)
-    return coerce.own(reductions.prod(x, _axis(axis), _sum_dtype(x, dtype), None, keepdims))
+    return _give(reductions.prod(coerce.array(x), _axis(axis), dtype, keepdims=keepdims, **kw),
+                 kw)
 
 
-def mean(x, /, *, axis=None, keepdims=False):
+def mean(x, /, *, axis=None, keepdims=False, **kw):
     """Arithmetic mean over `axis` (all when None)."""
-    return coerce.own(reductions.mean(coerce.array(x), _axis(axis), None, None, keepdims))
+    return _give(reductions.mean(coerce.array(x), _axis(axis), keepdims=keepdims, **kw), kw)
 
 
-def var(x, /, *, axis=None, correction=0.0, keepdims=False):
-    """Variance over `axis` with `correction` (numpy's ddof)."""
-    return coerce.own(reductions.var(coerce.array(x), _axis(axis), None, None,
-                                     keepdims=keepdims, correction=correction))
+def var(x, /, *, axis=None, correction=None, keepdims=False, **kw):
+    """Variance over `axis` with `correction` (numpy's ddof; default 0)."""
+    if correction is not None:
+        kw["correction"] = correction
+    return _give(reductions.var(coerce.array(x), _axis(axis), keepdims=keepdims, **kw), kw)
 
 
-def std(x, /, *, axis=None, correction=0.0, keepdims=False):
-    """Standard deviation over `axis` with `correction` (numpy's ddof)."""
-    return coerce.own(reductions.std(coerce.array(x), _axis(axis), None, None,
-                                     keepdims=keepdims, correction=correction))
+def std(x, /, *, axis=None, correction=None, keepdims=False, **kw):
+    """Standard deviation over `axis` with `correction` (numpy's ddof; default 0)."""
+    if correction is not None:
+        kw["correction"] = correction
+    return _give(reductions.std(coerce.array(x), _axis(axis), keepdims=keepdims, **kw), kw)
 
 
-def min(x, /, *, axis=None, keepdims=False):     # noqa: A001
+def min(x, /, *, axis=None, keepdims=False, **kw):     # noqa: A001
     """Minimum over `axis` (ValueError for an empty reduction)."""
-    return coerce.own(reductions.min(coerce.array(x), _axis(axis), None, keepdims))
+    return _give(reductions.min(coerce.array(x), _axis(axis), keepdims=keepdims, **kw), kw)
 
 
-def max(x, /, *, axis=None, keepdims=False):     # noqa: A001
+def max(x, /, *, axis=None, keepdims=False, **kw):     # noqa: A001
     """Maximum over `axis` (ValueError for an empty reduction)."""
-    return coerce.own(reductions.max(coerce.array(x), _axis(axis), None, keepdims))
+    return _give(reductions.max(coerce.array(x), _axis(axis), keepdims=keepdims, **kw), kw)
 
 
-def all(x, /, *, axis=None, keepdims=False):     # noqa: A001
+def all(x, /, *, axis=None, keepdims=False, **kw):     # noqa: A001
     """Whether every element along `axis` is true."""
-    return coerce.own(reductions.all(coerce.array(x), _axis(axis), None, keepdims))
+    return _give(reductions.all(coerce.array(x), _axis(axis), keepdims=keepdims, **kw), kw)
 
 
-def any(x, /, *, axis=None, keepdims=False):     # noqa: A001
+def any(x, /, *, axis=None, keepdims=False, **kw):     # noqa: A001
     """Whether any element along `axis` is true."""
-    return coerce.own(reductions.any(coerce.array(x), _axis(axis), None, keepdims))
+    return _give(reductions.any(coerce.array(x), _axis(axis), keepdims=keepdims, **kw), kw)
 
 
-def argmax(x, /, *, axis=None, keepdims=False):
-    """Index of the first maximum (flattened when axis is None), int64."""
-    return coerce.own(np.asarray(reductions.argmax(coerce.array(x), axis, None,
-                                                   keepdims=keepdims)).astype(np.int64))
+def argmax(x, /, *, axis=None, keepdims=False, **kw):
+    """Index of the first maximum (flattened when axis is None)."""
+    return _give(reductions.argmax(coerce.array(x), axis, keepdims=keepdims, **kw), kw)
 
 
-def argmin(x, /, *, axis=None, keepdims=False):
-    """Index of the first minimum (flattened when axis is None), int64."""
-    return coerce.own(np.asarray(reductions.argmin(coerce.array(x), axis, None,
-                                                   keepdims=keepdims)).astype(np.int64))
+def argmin(x, /, *, axis=None, keepdims=False, **kw):
+    """Index of the first minimum (flattened when axis is None)."""
+    return _give(reductions.argmin(coerce.array(x), axis, keepdims=keepdims, **kw), kw)
 
 
 def count_nonzero(x, /, *, axis=None, keepdims=False):

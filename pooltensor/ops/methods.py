@@ -8,7 +8,7 @@ So no module of the array room imports an op, and no op needs a lazy import of t
 """
 import numpy as np
 
-from . import api_info, api_special, coerce, dispatch, namespace, products, reductions, ufuncs
+from . import api_info, api_special, dispatch, namespace, products, reductions, ufuncs
 from . import shape as _shape
 from .api_info import API_VERSIONS
 
@@ -145,10 +145,10 @@ class Methods:
         return products.dot(self, b, out=out)
 
     def __matmul__(self, other):
-        return coerce.own(products.matmul(self, other))
+        return products.matmul(self, other)
 
     def __rmatmul__(self, other):
-        return coerce.own(products.matmul(other, self))
+        return products.matmul(other, self)
 
 
 def bind(cls, namespace_module):
