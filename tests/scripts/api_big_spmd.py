@@ -62,5 +62,10 @@ same_bytes(q, "tsqr Q")
 np.testing.assert_allclose(chunks.read(q) @ r.to_numpy(), t, atol=1e-12)
 check(pt.linalg.svdvals(pt.asarray(t)), np.linalg.svd(t, compute_uv=False), "svdvals",
       atol=1e-12)
+# small results are private copies on each rank; they mix with shared arrays
+m = pt.mean(y, axis=0)
+assert m.access == "private", m.access
+check(y - m, b - b.mean(axis=0), "shared minus a private small result", atol=1e-12)
+check(pt.sqrt(pt.sum(y * y)), np.sqrt((b * b).sum()), "xp.f(xp.g(x))", atol=1e-12)
 pt.finalize()
 print("api_big_spmd ok")
