@@ -298,9 +298,11 @@ def test_special_cases_of_the_standard(pool):
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(np.floor_divide(pt.asarray(a), pt.asarray(b)).to_numpy(),
                                       np.floor_divide(a, b))
-    z = np.array([complex(inf, 0.0), complex(-inf, inf), complex(np.nan, 0.0)])
-    np.testing.assert_array_equal(pt.expm1(z).to_numpy(),
-                                  np.array([complex(inf, 0), complex(-1, 0),
-                                            complex(np.nan, 0)]))
+    z = np.array([complex(inf, 0.0), complex(-inf, inf), complex(np.nan, 0.0),
+                  complex(-0.0, 0.0)])
+    e = pt.expm1(z).to_numpy()
+    np.testing.assert_array_equal(e, np.array([complex(inf, 0), complex(-1, 0),
+                                               complex(np.nan, 0), 0j]))
+    assert not np.signbit(e[3].real)
     t = pt.tanh(np.array([complex(inf, 3e150), complex(-inf, -2.0)])).to_numpy()
     assert list(t.real) == [1.0, -1.0] and list(np.signbit(t.imag)) == [False, True]

@@ -6,7 +6,8 @@
   float rules). numpy's result is computed blockwise, then those elements are replaced in
   a second blockwise pass.
 - expm1 of complex numbers with an infinite or NaN part: numpy's expm1 gives NaN + NaN j;
-  the standard's values are those of exp(z) - 1, used for those elements.
+  the standard's values are those of exp(z) - 1, used for those elements; and -0 + 0j
+  gives 0 + 0j.
 - tanh of complex numbers with an infinite real part and a finite imaginary one: the
   standard says +-1 + 0j with the zero signed as the imaginary part (tanh(conj z) = conj
   tanh z); numpy signs it as sin(2y).
@@ -32,7 +33,8 @@ class _FloorFix:
 
 
 class _Expm1Fix:
-    """r with exp(z) - 1 where z has an infinite or NaN part (complex)."""
+    """r with exp(z) - 1 where z has an infinite or NaN part, and 0 + 0j at -0 + 0j
+    (complex)."""
 
     def __call__(self, r, z):
         r = np.array(r, copy=True)
@@ -41,6 +43,9 @@ class _Expm1Fix:
         if m.any():
             with np.errstate(all="ignore"):
                 r[m] = np.exp(z[m]) - 1
+        zero = (z.real == 0) & (z.imag == 0) & ~np.signbit(z.imag)
+        if zero.any():
+            r[zero] = 0
         return r
 
 
