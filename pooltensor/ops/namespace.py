@@ -13,7 +13,7 @@ import collections
 
 from ..array.creation import full
 from . import api_special, coerce, dispatch, executor, kernels, ufuncs
-from .api_info import API_VERSION, API_VERSIONS
+from .api_info import API_VERSION, API_VERSIONS, check_device
 
 __array_api_version__ = API_VERSION
 
@@ -102,6 +102,7 @@ def _part(x, fn):
 @coerce.api
 def astype(x, dtype, /, *, copy=True, device=None):
     """x cast to `dtype` (a new pool array unless copy=False and the dtype matches)."""
+    check_device(device)
     return ufuncs.astype(coerce.array(x), dtype, copy=copy)
 
 
