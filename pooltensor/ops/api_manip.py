@@ -14,14 +14,15 @@ result it homes, reading the input where it lives), never by gathering the input
   pool array writable without aliasing surprises);
 - take / take_along_axis and repeat with per-element counts: advanced indexing, which reads
   only the selected elements one-sided (a numpy result up to pool.advanced_limit, else a pool
-  array written chunk by chunk).
+  array written chunk by chunk); take with at least a 64th as many indices as elements
+  reads an array that fits once, whole, and lets numpy pick.
 """
 import operator
 
 import numpy as np
 
 from ..array.array import ndarray
-from . import coerce, executor
+from . import chunks, coerce, executor
 from . import shape as _shape
 from .shape import assign
 
@@ -202,6 +203,8 @@ def take(x, indices, /, *, axis=None):
     n = x.shape[axis]
     if idx.size and (idx.max() >= n or idx.min() < -n):
         raise IndexError(f"index out of bounds for axis {axis} with size {n}")
+    if not chunks.big(x) and idx.size * 64 >= x.size:    # many indices: read x once
+        return coerce.own(np.take(x.to_numpy(), idx, axis=axis))
     res = x[(slice(None),) * axis + (idx,)]
     return coerce.own(res)
 
