@@ -1,13 +1,13 @@
 """pooltensor.fft: the Array API's FFT extension for pool arrays.
 
 A transform along some axes needs each whole line along those axes. Up to the pool's
-materialize_limit the array is gathered and numpy.fft does the work. Above it, the
-transformed axes are moved last and the array is cut along its leading (untransformed) axis
-into chunks of whole lines (pooltensor/ops/chunks.py): each chunk is read, transformed by
-numpy and written into the result's rows where the chunk's first row lives (SPMD ranks, a
-plain script's members; the script streams the rest through its cache). A transform over every axis of a big array (no
-untransformed axis to cut along) is refused with MaterializeTooLarge.
-Result dtypes are numpy's (complex64 from float32/complex64, complex128 otherwise).
+materialize_limit the array is gathered and numpy.fft does the work. Above it, the transformed
+axes are moved last and the array is cut along its leading (untransformed) axis into chunks of
+whole lines (pooltensor/ops/chunks.py): each chunk is read, transformed by numpy and written
+into the result's rows where the chunk's first row lives (SPMD ranks, a plain script's members;
+the script streams the rest through its cache). A transform over every axis of a big array (no
+untransformed axis to cut along) is refused with MaterializeTooLarge. Result dtypes are numpy's
+(complex64 from float32/complex64, complex128 otherwise).
 """
 import operator
 

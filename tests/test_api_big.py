@@ -3,9 +3,11 @@ argsort (sample sort, stable), unique_values/unique_counts, cumulative_sum/prod,
 searchsorted, fft along an uncut axis, TSQR qr/svd/svdvals/lstsq, and the clear error of a
 factorization that would need a gather.
 
-The pools' materialize_limit is lowered to 2 KiB, so arrays of a few hundred elements are
-"too big to gather" and a chunk is 512 bytes: many chunks, buckets and carries. 64-byte slabs over 1 and 3 members; the SPMD script (scripts/api_big_spmd.py) runs
-the same functions on 2 real ranks, where the chunks are dealt out among them.
+The pools' materialize_limit is lowered to 2 KiB, so arrays of a few hundred elements are "too
+big to gather" and a chunk is 512 bytes: many chunks, buckets and carries. 64-byte slabs over 1
+and 3 members; the SPMD script (scripts/api_big_spmd.py) runs the same functions on 2 real
+ranks, where each chunk is worked on by the rank homing its first row. With 3 members the
+members run their chunks (plan "chunks"), which the sort case checks.
 """
 import numpy as np
 import pytest
