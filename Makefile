@@ -88,6 +88,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/ops.py
 	$(BIN)/python bench/plain.py
 	$(BIN)/python bench/replicas.py
+	$(BIN)/python bench/arrayapi.py
 	$(BIN)/python bench/tcp.py
 	$(BIN)/python bench/dask.py
 

@@ -20,8 +20,7 @@ import sys as _sys  # noqa: E402
 
 from .array import random  # noqa: E402
 from .array.array import ndarray  # noqa: E402
-from .array.creation import (arange, asarray, empty, from_numpy, full, linspace, ones,  # noqa: E402
-                       zeros)
+from .array.creation import from_numpy  # noqa: E402
 from .errors import (FallbackWarning, MaterializeTooLarge, PerformanceWarning,  # noqa: E402
                      PoolClosed, PoolOutOfMemory)
 from .pool import Pool, placement  # noqa: E402
@@ -31,21 +30,43 @@ from .pool.runtime import current, finalize, init, sync  # noqa: E402
 from .ops import namespace as _ns  # noqa: E402
 from .ops.namespace import API_VERSIONS, __array_api_version__  # noqa: E402
 
-for _name in _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _ns.CREATION:
+for _name in _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS:
     globals()[_name] = getattr(_ns, _name)
 
-# -- reductions, linear algebra and shape functions (ops/reductions.py, linalg.py, shape.py) ----
+# creation with the standard's signatures (device=, copy=, default dtypes), inspection
+from .ops.api_creation import (arange, asarray, empty, empty_like, eye, from_dlpack,  # noqa: E402
+                               full, full_like, linspace, meshgrid, ones, ones_like, tril,
+                               triu, zeros, zeros_like)
+from .ops.api_info import POOL, __array_namespace_info__  # noqa: E402
+
+_CREATION = ["arange", "asarray", "empty", "empty_like", "eye", "from_dlpack", "full",
+             "full_like", "linspace", "meshgrid", "ones", "ones_like", "tril", "triu", "zeros",
+             "zeros_like"]
+
+# -- statistics, searching, sorting, sets (ops/api_stats.py, sorting.py, scans.py) ------------
+from .ops.api_stats import (all, any, argmax, argmin, argsort, count_nonzero,  # noqa: E402
+                            cumulative_prod, cumulative_sum, diff, max, mean, min, nonzero,
+                            prod, searchsorted, sort, std, sum, unique_all, unique_counts,
+                            unique_inverse, unique_values, var)
+# -- manipulation and indexing (ops/api_manip.py), shape functions (ops/shape.py) -------------
+from .ops.api_manip import (broadcast_arrays, broadcast_to, concat, expand_dims,  # noqa: E402
+                            flip, moveaxis, permute_dims, repeat, reshape, roll, squeeze,
+                            stack, take, take_along_axis, tile, unstack)
 from .ops.blocks import map_blocks  # noqa: E402
-from .ops.linalg import dot, matmul  # noqa: E402
-from .ops.reductions import (all, any, argmax, argmin, max, mean, min, prod, std, sum,  # noqa: E402
-                         var)
-from .ops.shape import (concat, concatenate, expand_dims, matrix_transpose, moveaxis,  # noqa: E402
-                    permute_dims, ravel, reshape, squeeze, stack, swapaxes, transpose)
+from .ops.products import dot  # noqa: E402
+from .ops.shape import concatenate, ravel, swapaxes, transpose  # noqa: E402
+# -- the extensions: pooltensor.linalg and pooltensor.fft ------------------------------------
+from . import fft, linalg  # noqa: E402
+from .linalg import matmul, matrix_transpose, tensordot, vecdot  # noqa: E402
 
 _OPS = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all",
-        "matmul", "dot", "reshape", "ravel", "transpose", "permute_dims", "matrix_transpose",
-        "swapaxes", "moveaxis", "squeeze", "expand_dims", "concatenate", "concat", "stack",
-        "map_blocks"]
+        "count_nonzero", "cumulative_sum", "cumulative_prod", "diff", "sort", "argsort",
+        "unique_all", "unique_counts", "unique_inverse", "unique_values", "searchsorted",
+        "nonzero", "matmul", "dot", "tensordot", "vecdot", "reshape", "ravel", "transpose",
+        "permute_dims", "matrix_transpose", "swapaxes", "moveaxis", "squeeze", "expand_dims",
+        "concatenate", "concat", "stack", "broadcast_arrays", "broadcast_to", "flip",
+        "repeat", "roll", "take", "take_along_axis", "tile", "unstack", "map_blocks",
+        "linalg", "fft"]
 
 # -- the ndarray's methods that compute, and its __array_namespace__ (this module) -------------
 from .ops import methods as _methods  # noqa: E402
@@ -91,11 +112,10 @@ def lost():
     return current().lost()
 
 
-__all__ = ["init", "finalize", "sync", "current", "stats", "lost", "from_dask", "Pool",
-           "ndarray", "zeros", "ones", "empty", "full", "arange", "linspace", "asarray", "from_numpy", "random",
-           "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge", "FallbackWarning",
-           "PerformanceWarning", "__array_api_version__"]
-__all__ += _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _ns.CREATION
+__all__ = ["init", "finalize", "sync", "current", "stats", "lost", "from_dask", "Pool", "ndarray",
+           "from_numpy", "random", "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge", "FallbackWarning",
+           "PerformanceWarning", "__array_api_version__", "__array_namespace_info__", "POOL"]
+__all__ += _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _CREATION
 __all__ += _OPS
 
 # Module paths users wrote before the package was cut into rooms keep importing.

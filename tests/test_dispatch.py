@@ -98,7 +98,7 @@ def test_fallback_writes_an_out_pool_array(pool):
     x = pt.from_numpy(ref)
     out = pt.zeros(10, np.int64)
     with pytest.warns(pt.FallbackWarning):
-        got = np.cumsum(x, out=out)
+        got = np.nancumsum(x, out=out)
     assert got is out
     np.testing.assert_array_equal(out.to_numpy(), np.cumsum(ref))
 
@@ -181,9 +181,9 @@ def test_array_namespace_is_pooltensor(pool):
     assert x.__array_namespace__(api_version="2023.12") is pt
     with pytest.raises(ValueError, match="unsupported"):
         x.__array_namespace__(api_version="1999.01")
-    assert xp.__array_api_version__ == "2023.12"
+    assert xp.__array_api_version__ == "2024.12"
     for name in namespace.DTYPES + namespace.ELEMENTWISE + namespace.DTYPE_FUNCTIONS + \
-            namespace.CREATION:
+            pt._CREATION + pt._OPS:
         assert hasattr(xp, name), name
     assert xp.float32 is np.float32 and xp.bool is np.bool_
     assert xp.result_type(x, xp.float32) == np.float64

@@ -133,7 +133,7 @@ def test_reductions_of_private_arrays(pool):
 
 def test_matmul_left_rows_placement_and_replica(pool):
     """The result rows are homed with the left rows; a readonly right operand is read once."""
-    from pooltensor.ops import linalg
+    from pooltensor.ops import products as linalg
     ref = np.arange(40 * 6, dtype=np.float64).reshape(40, 6)
     a = pt.from_numpy(ref)
     w = pt.from_numpy(np.eye(6) * 2, access="readonly")

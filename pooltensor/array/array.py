@@ -40,6 +40,17 @@ def _as_index(index):
     return idx
 
 
+class _Held:
+    """Owner of a zero-copy numpy view of pool memory that holds the allocation too, so its
+    slabs are neither freed nor reused while the view lives (the pool array may go first)."""
+
+    __slots__ = ("__array_interface__", "_keep", "_alloc")
+
+    def __init__(self, arr, alloc):
+        self.__array_interface__ = arr.__array_interface__
+        self._keep, self._alloc = arr, alloc
+
+
 class ndarray(NDArrayOperatorsMixin):
     """An n-dimensional array in the pool. Made by the creation functions, never directly.
 
@@ -380,7 +391,7 @@ class ndarray(NDArrayOperatorsMixin):
             owner = _Export(arr)
             pool.note_export(a.slots[k], owner)
             arr = np.asarray(owner)
-        return arr
+        return np.asarray(_Held(arr, a))
 
     def __array__(self, dtype=None, copy=None):
         arr = self.to_numpy(copy=copy)

@@ -11,7 +11,10 @@ homes, run with the same code SPMD ranks use for their own slabs:
 - ``fill``: creation's values (zeros, full, arange, linspace, seeded random) for the slabs
   homed here;
 - ``assign``: the tiles homed here of a copy between layouts (reshape, transpose, x[...] = y);
-- ``rows``: the row tiles homed here of a matmul's left operand times a numpy right one.
+- ``rows``: the row tiles homed here of a matmul's left operand times a numpy right one;
+- ``chunks``: one pass of a chunked algorithm (sort, unique, scans, nonzero, searchsorted,
+  fft, TSQR: ops/chunks.py): the job run on the chunks whose first row is homed here, their
+  small summaries sent back.
 
 Inputs homed elsewhere are read one-sided from their homes through this member's own slab
 cache, which is emptied before every plan (the script and the other members write between
@@ -27,7 +30,7 @@ import numpy as np
 from ..array.array import ndarray
 from ..array.creation import fill_here
 from ..pool import member, work
-from . import executor, linalg, reducer, shape
+from . import chunks, executor, products, reducer, shape
 
 
 def _array(a, off, shape, strides, dtype):
@@ -54,11 +57,16 @@ def _assign(pool, dst, src):
 
 
 def _rows(pool, a, B, out, rdt):
-    linalg.rows_here(a, B, out, rdt, True)
+    products.rows_here(a, B, out, rdt, True)
     return None
 
 
-PLANS = {"run": _run, "reduce": _reduce, "fill": _fill, "assign": _assign, "rows": _rows}
+def _chunks(pool, job, arrays, parts, homes):
+    return chunks.run_here(pool, job, arrays, parts, homes, {pool.me})
+
+
+PLANS = {"run": _run, "reduce": _reduce, "fill": _fill, "assign": _assign, "rows": _rows,
+         "chunks": _chunks}
 
 
 def handle(pool, frame):

@@ -8,9 +8,9 @@ So no module of the array room imports an op, and no op needs a lazy import of t
 """
 import numpy as np
 
-from . import dispatch, linalg, namespace, reductions, ufuncs
+from . import api_info, api_special, dispatch, namespace, products, reductions, ufuncs
 from . import shape as _shape
-from .namespace import API_VERSIONS
+from .api_info import API_VERSIONS
 
 _bound = {}
 
@@ -67,7 +67,7 @@ class Methods:
         """The imaginary part (a new pool array; zeros for real dtypes)."""
         return namespace.imag(self)
 
-    # -- reductions, linear algebra and shape (see reductions.py, linalg.py, shape.py) --------
+    # -- reductions, linear algebra and shape (see reductions.py, products.py, shape.py) -------
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
         """Sum over the given axes (numpy.sum); numpy result when small, see reductions."""
         return reductions.sum(self, axis, dtype, out, keepdims, **kw)
@@ -142,19 +142,20 @@ class Methods:
 
     def dot(self, b, out=None):
         """Matrix product with b (numpy.dot)."""
-        return linalg.dot(self, b, out=out)
+        return products.dot(self, b, out=out)
 
     def __matmul__(self, other):
-        return linalg.matmul(self, other)
+        return products.matmul(self, other)
 
     def __rmatmul__(self, other):
-        return linalg.matmul(other, self)
+        return products.matmul(other, self)
 
 
 def bind(cls, namespace_module):
     """Give `cls` (the pool ndarray) the methods above; its Array API namespace is
     `namespace_module` (the pooltensor package)."""
     _bound["namespace"] = namespace_module
-    for name, value in vars(Methods).items():
-        if name not in ("__module__", "__qualname__", "__doc__", "__dict__", "__weakref__"):
-            setattr(cls, name, value)
+    for methods in (Methods, api_info.ArrayMethods, api_special.FloorOperators):
+        for name, value in vars(methods).items():
+            if name not in ("__module__", "__qualname__", "__doc__", "__dict__", "__weakref__"):
+                setattr(cls, name, value)

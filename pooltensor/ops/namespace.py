@@ -9,11 +9,13 @@ defined here.
 """
 import numpy as np
 
-from ..array.creation import full
-from . import dispatch, executor, kernels, ufuncs
+import collections
 
-__array_api_version__ = "2023.12"
-API_VERSIONS = ("2021.12", "2022.12", "2023.12")
+from ..array.creation import full
+from . import api_special, coerce, dispatch, executor, kernels, ufuncs
+from .api_info import API_VERSION, API_VERSIONS, check_device
+
+__array_api_version__ = API_VERSION
 
 # -- data types and constants -----------------------------------------------------------------
 bool = np.bool_          # noqa: A001  (the standard's name)
@@ -52,6 +54,7 @@ UFUNCS = {
 
 
 def _elementwise(name, uf):
+    @coerce.api
     def f(*args, **kwargs):
         return uf(*args, **kwargs)
     f.__name__ = f.__qualname__ = name
@@ -63,13 +66,18 @@ def _elementwise(name, uf):
 for _n, _u in UFUNCS.items():
     globals()[_n] = _elementwise(_n, _u)
 del _n, _u
+floor_divide = coerce.api(api_special.floor_divide)   # the standard's special cases
+expm1 = coerce.api(api_special.expm1)
+tanh = coerce.api(api_special.tanh)
 
 
+@coerce.api
 def round(x, /):      # noqa: A001
     """Round to the nearest integer, half to even (numpy.round with decimals=0)."""
     return ufuncs.apply(np.round, [x])
 
 
+@coerce.api
 def real(x, /):
     """The real part: x itself for real dtypes (as numpy's .real), else a new pool array."""
     if x.dtype.kind != "c":
@@ -77,6 +85,7 @@ def real(x, /):
     return _part(x, np.real)
 
 
+@coerce.api
 def imag(x, /):
     """The imaginary part (zeros of x's dtype for real dtypes), as a new pool array."""
     return _part(x, np.imag)
@@ -90,19 +99,27 @@ def _part(x, fn):
     return out
 
 
+@coerce.api
 def astype(x, dtype, /, *, copy=True, device=None):
     """x cast to `dtype` (a new pool array unless copy=False and the dtype matches)."""
-    return ufuncs.astype(x, dtype, copy=copy)
+    check_device(device)
+    return ufuncs.astype(coerce.array(x), dtype, copy=copy)
 
 
+@coerce.api
 def where(condition, x1, x2, /):
     """Elements of x1 where condition is true, else of x2."""
     return ufuncs.where(condition, x1, x2)
 
 
+@coerce.api
 def clip(x, /, min=None, max=None):     # noqa: A002
-    """Values of x limited to [min, max]."""
-    return ufuncs.clip(x, min, max)
+    """Values of x limited to [min, max] (the result keeps x's dtype)."""
+    x = coerce.array(x)
+    if min is None and max is None:
+        return x.copy()
+    res = ufuncs.clip(x, min, max)
+    return res if res.dtype == x.dtype else ufuncs.astype(res, x.dtype)
 
 
 # -- data type functions ---------------------------------------------------------------------------
@@ -112,7 +129,10 @@ def _dt(v):
 
 def result_type(*arrays_and_dtypes):
     """numpy.result_type of the arguments (pool arrays count by their dtype)."""
-    return np.result_type(*[_dt(v) for v in arrays_and_dtypes])
+    vals = [_dt(v) for v in arrays_and_dtypes]
+    if vals and all(isinstance(v, (bool, int, float, complex)) for v in vals):
+        raise ValueError("result_type needs at least one array or dtype")
+    return np.result_type(*vals)
 
 
 def can_cast(from_, to, /):
@@ -120,14 +140,23 @@ def can_cast(from_, to, /):
     return np.can_cast(_dt(from_), to)
 
 
+FInfo = collections.namedtuple("FInfo", "bits eps max min smallest_normal dtype")
+IInfo = collections.namedtuple("IInfo", "bits max min dtype")
+
+
 def finfo(type, /):      # noqa: A002
-    """numpy.finfo of a floating dtype or array."""
-    return np.finfo(_dt(type))
+    """Limits of a floating dtype (or an array's): bits, eps, max, min, smallest_normal as
+    Python floats, and the dtype (complex dtypes give their real part's limits)."""
+    f = np.finfo(_dt(type))
+    return FInfo(int(f.bits), float(f.eps), float(f.max), float(f.min),
+                 float(f.smallest_normal), f.dtype)
 
 
 def iinfo(type, /):      # noqa: A002
-    """numpy.iinfo of an integer dtype or array."""
-    return np.iinfo(_dt(type))
+    """Limits of an integer dtype (or an array's): bits, max, min as Python ints, and the
+    dtype."""
+    i = np.iinfo(_dt(type))
+    return IInfo(int(i.bits), int(i.max), int(i.min), i.dtype)
 
 
 def isdtype(dtype, kind):
@@ -203,4 +232,3 @@ _register_like()
 
 ELEMENTWISE = sorted(UFUNCS) + ["round", "real", "imag", "clip", "where", "astype"]
 DTYPE_FUNCTIONS = ["result_type", "can_cast", "finfo", "iinfo", "isdtype"]
-CREATION = ["empty_like", "zeros_like", "ones_like", "full_like"]

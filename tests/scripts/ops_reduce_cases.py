@@ -192,7 +192,13 @@ def check_reduction(case, pt, limit):
 def compare(case, got, want, ref, pt, limit, what=None):
     """Kind, shape, dtype, values (see the module docstring); returns got as numpy."""
     what = what or case
-    if isinstance(want, np.ndarray):
+    if isinstance(case, dict) and case.get("how") == "pooltensor" and \
+            case.get("kw", {}).get("out") is None:
+        # the Array API namespace gives pool arrays, small results too (held locally)
+        assert isinstance(got, pt.ndarray), (what, type(got))
+        g = got.to_numpy()
+        assert g.shape == np.shape(want), (what, g.shape, np.shape(want))
+    elif isinstance(want, np.ndarray):
         big = want.nbytes > limit
         assert isinstance(got, pt.ndarray if big else np.ndarray), (what, type(got), big)
         g = got.to_numpy() if isinstance(got, pt.ndarray) else got
