@@ -5,7 +5,8 @@ The methods are thin: normalize the arguments, make one native call, and turn a 
 into a typed error that names the rank, host, offset and length.
 """
 from . import _native
-from .errors import PeerLost, RemoteAccessError, Timeout, TransportError
+from .errors import (ConnectionDropped, PeerLost, PeerRestarted, RemoteAccessError, Timeout,
+                     TransportError)
 
 _ACCESS = {"r": 1, "rw": 3}
 
@@ -16,8 +17,12 @@ def raise_native(err, rank=None, host=None, offset=None, length=None, what="acce
     kw = dict(rank=rank, host=host, offset=offset, length=length)
     if status in (_native.ERR_KEY, _native.ERR_BOUNDS, _native.ERR_MODE, _native.ERR_ALIGN):
         raise RemoteAccessError(f"{what} refused at the target: {text}", **kw) from None
+    if status == _native.ERR_RESTARTED:
+        raise PeerRestarted(f"{what} failed: {text}", **kw) from None
     if status == _native.ERR_PEER_LOST:
         raise PeerLost(f"{what} failed: {text}", **kw) from None
+    if status == _native.ERR_INDOUBT:
+        raise ConnectionDropped(f"{what} failed: {text}", **kw) from None
     if status == _native.ERR_TIMEOUT:
         raise Timeout(f"{what} timed out", **kw) from None
     if status == _native.ERR_INVALID:

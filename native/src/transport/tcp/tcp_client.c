@@ -133,7 +133,7 @@ static void *sender_main(void *arg)
                 c->q_head = r;
             c->q_tail = r;
         }
-        pt__tcp_unbusy_locked(r);
+        pt__tcp_unbusy_locked(c, r);
         pt_req_release(r);
     }
     pthread_mutex_unlock(&c->lock);
@@ -142,7 +142,7 @@ static void *sender_main(void *arg)
 
 /* ---- connections ---- */
 
-static pt_status_t dial(pt_tcp_peer_t *p, double timeout, int *fd_out)
+static pt_status_t dial(pt_tcp_peer_t *p, double timeout, int *fd_out, int *refused)
 {
     char ps[16];
     snprintf(ps, sizeof(ps), "%d", p->port);
@@ -175,6 +175,8 @@ static pt_status_t dial(pt_tcp_peer_t *p, double timeout, int *fd_out)
             rc = err ? -1 : 0;
             errno = err;
         }
+        if (rc < 0 && errno == ECONNREFUSED)
+            *refused = 1; /* nothing listens there (a process that is gone) */
         if (rc == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) {
             freeaddrinfo(ai);
             *fd_out = fd;
@@ -187,7 +189,7 @@ static pt_status_t dial(pt_tcp_peer_t *p, double timeout, int *fd_out)
 }
 
 /* The client half of the challenge-response (see tcp_proto.h). */
-static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline)
+static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline, uint64_t *inc)
 {
     uint8_t hb[PT_TCP_HDR], ns[PT_TCP_NONCE], pl[PT_TCP_NONCE + PT_TCP_MAC], mac[PT_TCP_MAC];
     pt_tcp_hdr_t h;
@@ -197,6 +199,7 @@ static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline)
     if (h.magic != PT_TCP_MAGIC || h.op != PT_TCP_OP_HELLO || h.len != PT_TCP_NONCE ||
         h.a != PT_TCP_VERSION)
         return PT_ERR_INVALID;
+    *inc = (uint64_t)h.b; /* the listener's incarnation (0: not told) */
     if (pt__tcp_recv(fd, ns, sizeof(ns), deadline, NULL, NULL) < 0)
         return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
     pt_status_t st = pt_plat_random(pl, PT_TCP_NONCE);
@@ -223,12 +226,13 @@ static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline)
     return pt__ct_equal(want, mac, PT_TCP_MAC) ? PT_OK : PT_ERR_AUTH;
 }
 
-static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_conn_t **out)
+static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, double timeout,
+                             pt_tcp_conn_t **out, int *refused, uint64_t *inc)
 {
     if (ctx->secret_len == 0)
         return PT_ERR_INVALID;
     int fd;
-    pt_status_t st = dial(p, ctx->timeout, &fd);
+    pt_status_t st = dial(p, timeout, &fd, refused);
     if (st != PT_OK)
         return st;
     double deadline = pt__now() + (ctx->timeout < PT_TCP_IO_TIMEOUT ? ctx->timeout
@@ -237,7 +241,7 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_c
         st = pt__sys();
         goto err_fd;
     }
-    st = authenticate(ctx, fd, deadline);
+    st = authenticate(ctx, fd, deadline, inc);
     if (st != PT_OK)
         goto err_fd;
     pt_tcp_conn_t *c = calloc(1, sizeof(*c));
@@ -283,8 +287,10 @@ err_fd:
 }
 
 /* The live connection to rank, made now if there is none (a failed one is kept until destroy:
- * threads may still hold it). */
-static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
+ * threads may still hold it); the dial may take `timeout`. *refused: the dial was refused;
+ * *restarted: the new connection met another incarnation of the peer than the last one. */
+static pt_status_t conn_dial(pt_ctx_t *ctx, int rank, double timeout, pt_tcp_conn_t **out,
+                             int *refused, int *restarted)
 {
     pt_tcp_peer_t *p = ctx->peers[rank].tcp;
     if (atomic_load(&ctx->peers[rank].lost))
@@ -299,8 +305,17 @@ static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
     c = p->conn;
     if (!c || atomic_load(&c->dead)) {
         pt_tcp_conn_t *nc = NULL;
-        st = atomic_load(&ctx->peers[rank].lost) ? PT_ERR_PEER_LOST
-                                                  : conn_open(ctx, rank, p, &nc);
+        uint64_t inc = 0;
+        st = atomic_load(&ctx->peers[rank].lost)
+                 ? PT_ERR_PEER_LOST
+                 : conn_open(ctx, rank, p, timeout, &nc, refused, &inc);
+        if (st == PT_OK && inc) {
+            if (p->incarnation && p->incarnation != inc) {
+                atomic_fetch_add(&p->restarts, 1);
+                *restarted = 1;
+            }
+            p->incarnation = inc;
+        }
         /* a failure before the handshake is over (refused, closed during HELLO/AUTH, timed
          * out) fails this call only: the peer may be restarting, or a crowd of connections
          * may have pushed ours out; the next call dials again. Only an established,
@@ -316,6 +331,19 @@ static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
     return st;
 }
 
+static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
+{
+    int refused = 0, restarted = 0;
+    return conn_dial(ctx, rank, ctx->timeout, out, &refused, &restarted);
+}
+
+pt_status_t pt__tcp_redial(pt_ctx_t *ctx, int rank, double timeout, int *refused,
+                           int *restarted)
+{
+    pt_tcp_conn_t *c;
+    return conn_dial(ctx, rank, timeout, &c, refused, restarted);
+}
+
 /* Put req in flight on rank's connection. On PT_OK the connection holds a reference, *cout is
  * the connection and *reader says whether the caller (a synchronous one: `sync`) took the
  * reading of replies, which it then must do (wait_sync). */
@@ -323,11 +351,14 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
                           int *reader)
 {
     pt_tcp_conn_t *c;
-    pt_status_t st = conn_get(ctx, rank, &c);
+    pt_status_t st;
+    if (r->deadline == 0) /* (a request going again keeps its first deadline) */
+        r->deadline = pt__now() + ctx->timeout;
+    r->frames = frame_count(r);
+again:
+    st = conn_get(ctx, rank, &c);
     if (st != PT_OK)
         return st;
-    r->deadline = pt__now() + ctx->timeout;
-    r->frames = frame_count(r);
     pthread_mutex_lock(&c->lock);
     while (c->inflight >= PT_TCP_MAX_INFLIGHT && !atomic_load(&c->dead)) {
         struct timespec ts;
@@ -344,7 +375,9 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     if (atomic_load(&c->dead)) {
         st = c->fail;
         pthread_mutex_unlock(&c->lock);
-        return st;
+        if (st == PT__TCP_DROPPED && pt__now() < r->deadline)
+            goto again; /* dropped before ours went: dial again (conn_get) */
+        return st == PT__TCP_DROPPED ? PT_ERR_TIMEOUT : st;
     }
     while (c->slots[c->next_id % PT_TCP_MAX_INFLIGHT])
         c->next_id++;
@@ -390,9 +423,16 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     pthread_mutex_lock(&c->lock);
     if (rc < 0 && !atomic_load(&c->dead))
         pt__tcp_fail_locked(c, PT_ERR_PEER_LOST);
-    pt__tcp_unbusy_locked(r);
+    pt__tcp_unbusy_locked(c, r);
     pthread_mutex_unlock(&c->lock);
     return PT_OK;
+}
+
+pt_status_t pt__tcp_resubmit(pt_ctx_t *ctx, int rank, pt_req_t *r)
+{
+    pt_tcp_conn_t *c;
+    int reader;
+    return submit(ctx, rank, r, 0, &c, &reader);
 }
 
 static pt_req_t *req_new(int op, int rank, uint64_t key, uint64_t off, void *buf, size_t len)
@@ -608,7 +648,11 @@ static pt_status_t peer_address(pt_ctx_t *ctx, int rank, const char *host, int p
             return PT_ERR_NOMEM;
         snprintf(p->host, sizeof(p->host), "%s", host);
         p->port = port;
+        p->ctx = ctx;
+        p->rank = rank;
         pthread_mutex_init(&p->lock, NULL);
+        pthread_mutex_init(&p->rlock, NULL);
+        pthread_cond_init(&p->rcond, NULL);
         pe->tcp = p;
     }
     if (reach)
@@ -647,12 +691,15 @@ static void client_stop(pt_ctx_t *ctx)
         pt_tcp_peer_t *p = ctx->peers[r].tcp;
         if (!p)
             continue;
+        pt__tcp_reconnect_stop(p); /* (its orphans hold their old connections: first) */
         for (pt_tcp_conn_t *c = p->conn; c;) {
             pt_tcp_conn_t *older = c->older;
             conn_close(c);
             c = older;
         }
         pthread_mutex_destroy(&p->lock);
+        pthread_mutex_destroy(&p->rlock);
+        pthread_cond_destroy(&p->rcond);
         free(p);
         ctx->peers[r].tcp = NULL;
         if (ctx->peers[r].ops == &pt_transport_tcp)
