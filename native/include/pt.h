@@ -143,7 +143,8 @@ void pt_req_release(pt_req_t *req);
  * that are safe to repeat (get, put, put_indexed, and any request not sent yet) go again on the
  * new connection; fetch_add, compare_swap, notify and put_notify that were sent fail with
  * PT_ERR_INDOUBT. A dial refused (nothing listens there: the process is gone) marks the peer
- * lost (PT_ERR_PEER_LOST); a peer unreachable for the whole timeout too. A peer that answers
+ * lost (PT_ERR_PEER_LOST); one that cannot be reached until the deadline fails what waited
+ * with PT_ERR_TIMEOUT and is not marked lost (the next call dials again). A peer that answers
  * with another incarnation (its listener was made anew: it restarted) fails what was in flight
  * with PT_ERR_RESTARTED and counts a restart (pt_ctx_tcp_peer_stats); new requests go to the
  * new incarnation. */

@@ -6,7 +6,9 @@
  * them apart: a refused dial means nothing listens there any more (the process is gone: the
  * peer is marked lost, at once); an accepted one means the peer is alive (its requests go
  * again on the new connection); a dial that cannot get through is retried with backoff until
- * the timeout, then the peer counts as lost too (rule 4: nothing waits forever). A peer that
+ * the timeout, then what waited fails with PT_ERR_TIMEOUT (rule 4: nothing waits forever) and
+ * the peer is NOT marked lost: a partition that heals leaves it usable (the next call dials
+ * again; a machine that vanished stays a Timeout on every call, never a hang). A peer that
  * answers with another incarnation (the HELLO's b: its listener was made anew) restarted: what
  * it held is gone, so what was in flight fails with PT_ERR_RESTARTED.
  *
@@ -166,7 +168,7 @@ static void *reconnect_main(void *arg)
             fin = -1;
         double now = pt__now();
         if (fin == -1 && left <= 0)
-            fin = PT_ERR_TIMEOUT, lost = p->probe_until > 0 && now >= p->probe_until;
+            fin = PT_ERR_TIMEOUT; /* unreachable is not dead: the peer stays, calls dial again */
         if (lost)
             pt__peer_mark_lost(ctx, p->rank);
 
