@@ -7,7 +7,10 @@
  * small request never waits behind more than one chunk of a large one. The receiver thread
  * reads replies, matches them by id and receives get payloads straight into the caller's
  * buffer. A request completes when every frame has its reply; the connection failing
- * (peer closed, reset, a request past its deadline) completes every request in it.
+ * (a request past its deadline) completes every request in it; a connection that drops
+ * (peer closed, reset) hands its requests to reconnect (tcp_reconnect.c), which dials again
+ * and repeats what is safe to repeat. A call that finds no live connection dials with backoff
+ * until its deadline (dial_until).
  *
  * Sync operations are async ones waited for; the receiver fails any request older than the
  * context's timeout, so no wait outlives it. */
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/transport.h"
@@ -142,106 +146,25 @@ static void *sender_main(void *arg)
 
 /* ---- connections ---- */
 
-static pt_status_t dial(pt_tcp_peer_t *p, double timeout, int *fd_out, int *refused)
-{
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%d", p->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV}, *ai = NULL;
-    if (getaddrinfo(p->host, ps, &hints, &ai) != 0 || !ai)
-        return PT_ERR_INVALID;
-    pt_status_t st = PT_ERR_PEER_LOST;
-    double deadline = pt__now() + timeout;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        int fd = pt_plat_socket(a->ai_family, 1);
-        if (fd < 0)
-            continue;
-        int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-        if (rc < 0 && errno == EINPROGRESS) {
-            struct pollfd pf = {.fd = fd, .events = POLLOUT};
-            double left;
-            do {
-                left = deadline - pt__now();
-                rc = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
-            } while (rc < 0 && errno == EINTR);
-            if (rc == 0) {
-                close(fd);
-                st = PT_ERR_TIMEOUT;
-                break;
-            }
-            int err = 0;
-            socklen_t el = sizeof(err);
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-            rc = err ? -1 : 0;
-            errno = err;
-        }
-        if (rc < 0 && errno == ECONNREFUSED)
-            *refused = 1; /* nothing listens there (a process that is gone) */
-        if (rc == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) {
-            freeaddrinfo(ai);
-            *fd_out = fd;
-            return PT_OK;
-        }
-        close(fd);
-    }
-    freeaddrinfo(ai);
-    return st;
-}
-
-/* The client half of the challenge-response (see tcp_proto.h). */
-static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline, uint64_t *inc)
-{
-    uint8_t hb[PT_TCP_HDR], ns[PT_TCP_NONCE], pl[PT_TCP_NONCE + PT_TCP_MAC], mac[PT_TCP_MAC];
-    pt_tcp_hdr_t h;
-    if (pt__tcp_recv(fd, hb, sizeof(hb), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    pt__hdr_unpack(hb, &h);
-    if (h.magic != PT_TCP_MAGIC || h.op != PT_TCP_OP_HELLO || h.len != PT_TCP_NONCE ||
-        h.a != PT_TCP_VERSION)
-        return PT_ERR_INVALID;
-    *inc = (uint64_t)h.b; /* the listener's incarnation (0: not told) */
-    if (pt__tcp_recv(fd, ns, sizeof(ns), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    pt_status_t st = pt_plat_random(pl, PT_TCP_NONCE);
-    if (st != PT_OK)
-        return st;
-    pt__tcp_mac(ctx, 0, ns, pl, ctx->rank, pl + PT_TCP_NONCE);
-    h = (pt_tcp_hdr_t){.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH, .len = sizeof(pl),
-                       .a = ctx->rank};
-    pt__hdr_pack(&h, hb);
-    struct iovec iov[2] = {{hb, sizeof(hb)}, {pl, sizeof(pl)}};
-    if (pt__tcp_sendv(fd, iov, 2, deadline, NULL) < 0)
-        return PT_ERR_PEER_LOST;
-    if (pt__tcp_recv(fd, hb, sizeof(hb), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    pt__hdr_unpack(hb, &h);
-    if (h.magic != PT_TCP_MAGIC || h.op != PT_TCP_OP_AUTH_OK)
-        return PT_ERR_INVALID;
-    if (h.status != 0 || h.len != PT_TCP_MAC)
-        return PT_ERR_AUTH;
-    if (pt__tcp_recv(fd, mac, sizeof(mac), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    uint8_t want[PT_TCP_MAC];
-    pt__tcp_mac(ctx, 1, ns, pl, ctx->rank, want);
-    return pt__ct_equal(want, mac, PT_TCP_MAC) ? PT_OK : PT_ERR_AUTH;
-}
-
 static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, double timeout,
                              pt_tcp_conn_t **out, int *refused, uint64_t *inc)
 {
     if (ctx->secret_len == 0)
         return PT_ERR_INVALID;
     int fd;
-    pt_status_t st = dial(p, timeout, &fd, refused);
+    pt_status_t st = pt__tcp_dial(p, timeout, &fd, refused);
     if (st != PT_OK)
         return st;
-    double deadline = pt__now() + (ctx->timeout < PT_TCP_IO_TIMEOUT ? ctx->timeout
-                                                                    : PT_TCP_IO_TIMEOUT);
+    /* the handshake: as long as the dial may take (at least a second: a loaded machine),
+     * never past the timeout or PT_TCP_IO_TIMEOUT */
+    double hs = timeout < 1.0 ? 1.0 : timeout;
+    hs = hs < ctx->timeout ? hs : ctx->timeout;
+    double deadline = pt__now() + (hs < PT_TCP_IO_TIMEOUT ? hs : PT_TCP_IO_TIMEOUT);
     if (pt__tcp_tune(fd, 0.25) < 0) {
         st = pt__sys();
         goto err_fd;
     }
-    st = authenticate(ctx, fd, deadline, inc);
+    st = pt__tcp_authenticate(ctx, fd, deadline, inc);
     if (st != PT_OK)
         goto err_fd;
     pt_tcp_conn_t *c = calloc(1, sizeof(*c));
@@ -344,6 +267,33 @@ pt_status_t pt__tcp_redial(pt_ctx_t *ctx, int rank, double timeout, int *refused
     return conn_dial(ctx, rank, timeout, &c, refused, restarted);
 }
 
+/* rank's live connection for a request due by `deadline`: a dial that fails without a
+ * verdict (no route, packets dropped, a handshake cut short: a partition, or a peer coming
+ * back) is tried again with backoff (*backoff, doubled up to 0.5 s) until the deadline, then
+ * PT_ERR_TIMEOUT. A refused dial (nothing listens: gone, or not up yet) fails this call with
+ * PT_ERR_PEER_LOST at once without marking the peer lost; a lost peer, a wrong secret or
+ * protocol likewise at once. */
+static pt_status_t dial_until(pt_ctx_t *ctx, int rank, double deadline, double *backoff,
+                              pt_tcp_conn_t **c)
+{
+    for (;;) {
+        double left = deadline - pt__now();
+        int refused = 0, restarted = 0;
+        pt_status_t st = conn_dial(ctx, rank, left > 1.0 ? 1.0 : left > 0 ? left : 0.001, c,
+                                   &refused, &restarted);
+        if (st == PT_OK || refused || atomic_load(&ctx->peers[rank].lost) ||
+            (st != PT_ERR_PEER_LOST && st != PT_ERR_TIMEOUT))
+            return st;
+        left = deadline - pt__now();
+        if (left <= 0)
+            return PT_ERR_TIMEOUT;
+        double nap = *backoff < left ? *backoff : left;
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+        nanosleep(&ts, NULL);
+        *backoff = *backoff * 2 < 0.5 ? *backoff * 2 : 0.5;
+    }
+}
+
 /* Put req in flight on rank's connection. On PT_OK the connection holds a reference, *cout is
  * the connection and *reader says whether the caller (a synchronous one: `sync`) took the
  * reading of replies, which it then must do (wait_sync). */
@@ -355,8 +305,9 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     if (r->deadline == 0) /* (a request going again keeps its first deadline) */
         r->deadline = pt__now() + ctx->timeout;
     r->frames = frame_count(r);
+    double backoff = 0.01;
 again:
-    st = conn_get(ctx, rank, &c);
+    st = dial_until(ctx, rank, r->deadline, &backoff, &c);
     if (st != PT_OK)
         return st;
     pthread_mutex_lock(&c->lock);

@@ -88,6 +88,14 @@ void pt__tcp_probe(pt_ctx_t *ctx, int rank);
 /* Stop rank's reconnect thread; what waits for it fails with PT_ERR_CLOSED. */
 void pt__tcp_reconnect_stop(pt_tcp_peer_t *p);
 
+/* ---- tcp_dial.c ---- */
+
+/* A connected socket to p within `timeout` (blocking again once connected); *refused set when
+ * the peer's machine answered that nothing listens there. */
+pt_status_t pt__tcp_dial(pt_tcp_peer_t *p, double timeout, int *fd_out, int *refused);
+/* The client half of the handshake by `deadline`; *inc: the listener's incarnation. */
+pt_status_t pt__tcp_authenticate(pt_ctx_t *ctx, int fd, double deadline, uint64_t *inc);
+
 /* ---- tcp_client.c, for reconnect ---- */
 
 /* Dial rank now (dial timeout `timeout`) unless its current connection is live. *refused: the
