@@ -135,6 +135,23 @@ class Window:
         self._ctx = world._ctx
         self._pending = []
         self._closed = False
+        self._fence = None            # rank -> (unit, lost units, message): see fence()
+
+    def fence(self, rank, unit, units, message):
+        """Units (`unit` bytes each, by index) of rank's memory that were lost (a memory server
+        that restarted): from now on an access starting in one raises PeerRestarted(message)
+        instead of reaching the new memory there. unfence() lifts them (given back)."""
+        if self._fence is None:
+            self._fence = {}
+        old = self._fence.get(rank)
+        lost = set(units) | (old[1] if old else set())
+        self._fence[rank] = (int(unit), lost, message)
+
+    def unfence(self, rank, units):
+        """Lift the fence from these units of rank's memory (their lost data was given back)."""
+        got = (self._fence or {}).get(rank)
+        if got is not None:
+            got[1].difference_update(units)
 
     def _where(self, rank, offset, length):
         return (rank, self.world.hosts[rank] if 0 <= rank < self.world.size else None,
@@ -148,6 +165,11 @@ class Window:
         if offset < 0 or offset >= 1 << 64:   # never taken modulo 2**64: no memory is there
             raise RemoteAccessError("negative offset" if offset < 0 else "offset beyond 2**64",
                                     rank=rank, host=self.world.hosts[rank], offset=offset)
+        if self._fence and rank in self._fence:
+            unit, lost, message = self._fence[rank]
+            if offset // unit in lost:
+                raise PeerRestarted(message, rank=rank, host=self.world.hosts[rank],
+                                    offset=offset)
 
     def get(self, rank, offset, out):
         """Read len(out) bytes at `offset` of rank's memory into `out`; returns `out`."""

@@ -147,6 +147,30 @@ def test_fetch_add_in_doubt_is_a_typed_error_and_the_next_one_works(relayed):
     assert st["indoubt"] == 1 and st["reconnects"] >= 1
 
 
+def test_version_bump_in_doubt_is_made_again(relayed):
+    """The pool's rw-slab versions (pool/rejoin.py): a fetch_add lost with its connection is
+    added again (a version must move after a write; twice is as good as once) and reported as
+    in doubt (None: the writer's cached copy is then not trusted)."""
+    from types import SimpleNamespace
+    from collectives.window import Window
+    from pooltensor.pool import rejoin
+    p, key, px, cli = relayed
+    world = SimpleNamespace(_ctx=cli, size=2, hosts=["here", "server"])
+    win = Window(world, None, "rw", [0, key], [0, 64 << 20], ["rw", "rw"])
+    slot = (2 << 20) // 8                  # version word at byte 2 MiB
+    before = rejoin.read_version(win, 1, slot)
+    assert rejoin.bump_version(win, 1, slot) == before       # a plain bump: the old value
+    px.hold()
+    got = {}
+    t = threading.Thread(target=lambda: got.update(old=rejoin.bump_version(win, 1, slot)))
+    t.start()
+    time.sleep(0.3)
+    px.cut()
+    t.join(20)
+    assert got == {"old": None}            # in doubt, and added again
+    assert rejoin.read_version(win, 1, slot) == before + 3    # moved twice for that write
+
+
 def test_idle_drop_is_not_a_lost_peer(relayed):
     p, key, px, cli = relayed
     cli.tcp_open(1)
