@@ -15,7 +15,8 @@ up to FINAL seconds: the world must be usable again), and ``summary ok=.. err=..
     fault_worker.py allreduce N TIMEOUT DURATION            (a rank of a world: POOLTENSOR_*)
         allreduce of N float64, checked against the sum every rank can compute
     fault_worker.py server ADDRESS MIB TIMEOUT DURATION     ($POOLTENSOR_SECRET_FILE)
-        a pool on one memory server: an array of MIB MiB, slices read, written and summed
+        a pool on one memory server: an array of MIB MiB, slices read, written and summed;
+        an array lost with a restarted server (PeerRestarted) is made again from the reference
 
 The line ``hold`` on stdin (optional) makes the loop wait until ``go``: the controller lines
 up its fault with an operation.
@@ -132,12 +133,22 @@ def allreduce(n, timeout, duration):
 def server(address, mib, timeout, duration):
     import pooltensor as pt
     pt.init(connect=[address], timeout=float(timeout), cache_bytes=4 << 20)
+    from collectives.errors import PeerRestarted
     n = int(float(mib) * (1 << 20)) // 8
     ref = np.arange(n, dtype=np.float64)
-    x = pt.asarray(ref)
+    state = {"x": pt.asarray(ref)}
     rng = np.random.default_rng(0)
 
     def op(i):
+        try:
+            if state["x"] is None:          # lost with a restarted server: a new array
+                state["x"] = pt.asarray(ref)    # (its data from the reference)
+            return checked(i, state["x"])
+        except PeerRestarted:
+            state["x"] = None
+            raise
+
+    def checked(i, x):
         a = int(rng.integers(0, n - 1))
         b = int(rng.integers(a + 1, n + 1))
         got = np.asarray(x[a:b])
