@@ -4,7 +4,7 @@
  * process is gone (its kernel closed the socket), or the connection alone went (a reset from
  * the network, a middlebox, a partition that outlived keepalive). Dialing the peer again tells
  * them apart: a refused dial means nothing listens there any more (the process is gone: the
- * peer is marked lost, at once); an accepted one means the peer is alive (its requests go
+ * peer is marked lost, at once: after REFUSALS in a row, some 30 ms); an accepted one means the peer is alive (its requests go
  * again on the new connection); a dial that cannot get through is retried with backoff until
  * the timeout, then what waited fails with PT_ERR_TIMEOUT (rule 4: nothing waits forever) and
  * the peer is NOT marked lost: a partition that heals leaves it usable (the next call dials
@@ -33,6 +33,10 @@
 
 #define BACKOFF_FIRST 0.01
 #define BACKOFF_MAX 0.5
+/* Refused dials in a row that make a peer lost: a dead process refuses every time, while a
+ * single reset can meet a new connection by chance (a stale connection of the same addresses
+ * and ports the partition kept from closing). */
+#define REFUSALS 3
 /* One dial attempt lasts at most this long: after a partition heals, a fresh SYN goes within
  * a second instead of waiting for the kernel's retransmission backoff of an older one. */
 #define DIAL_SLICE 1.0
@@ -137,6 +141,7 @@ static void *reconnect_main(void *arg)
     pt_tcp_peer_t *p = arg;
     pt_ctx_t *ctx = p->ctx;
     double backoff = BACKOFF_FIRST;
+    int refusals = 0;
     pthread_mutex_lock(&p->rlock);
     while (!p->rstop) {
         if (!p->orphans && p->probe_until <= 0) {
@@ -162,10 +167,13 @@ static void *reconnect_main(void *arg)
             fin = restarted ? PT_ERR_RESTARTED : PT_OK;
         else if (atomic_load(&ctx->peers[p->rank].lost))
             fin = PT_ERR_PEER_LOST;
-        else if (refused || st == PT_ERR_AUTH || st == PT_ERR_INVALID)
+        else if ((refused && ++refusals >= REFUSALS) || st == PT_ERR_AUTH ||
+                 st == PT_ERR_INVALID)
             fin = PT_ERR_PEER_LOST, lost = 1; /* nothing of ours listens there any more */
         else
             fin = -1;
+        if (!refused)
+            refusals = 0;
         double now = pt__now();
         if (fin == -1 && left <= 0)
             fin = PT_ERR_TIMEOUT; /* unreachable is not dead: the peer stays, calls dial again */
@@ -218,6 +226,7 @@ static void *reconnect_main(void *arg)
             backoff = backoff * 2 < BACKOFF_MAX ? backoff * 2 : BACKOFF_MAX;
         } else {
             backoff = BACKOFF_FIRST;
+            refusals = 0;
         }
     }
     pt_req_t *left = p->orphans;
