@@ -182,6 +182,29 @@ def test_idle_drop_is_not_a_lost_peer(relayed):
     assert bytes(out) == _expect(16, 8).tobytes()
 
 
+def test_new_process_behind_the_same_address_is_a_restart(relayed):
+    """The dial after a drop reaches another process (a new incarnation): the peer counts as
+    restarted and lost (our keys mean nothing there) until the caller rejoins it."""
+    p, key, px, cli = relayed
+    p2, port2, key2 = _server()
+    try:
+        cli.tcp_open(1)
+        px.target = ("127.0.0.1", port2)
+        px.cut()
+        assert _until(lambda: cli.peer_lost(1), 5)
+        assert cli.tcp_peer_stats(1)["restarts"] == 1
+        with pytest.raises(_native.Error) as e:
+            cli.get(1, key, 0, bytearray(8))
+        assert e.value.args[0] in (_native.ERR_RESTARTED, _native.ERR_PEER_LOST)
+        cli.tcp_rejoin(1)
+        out = bytearray(8)
+        cli.get(1, key2, 16, out)
+        assert bytes(out) == _expect(8, 16).tobytes()
+        assert cli.tcp_peer_stats(1)["restarts"] == 1 and not cli.peer_lost(1)
+    finally:
+        _stop(p2)
+
+
 def test_killed_server_is_lost_at_once_not_after_the_timeout():
     p, port, key = _server()
     cli = _client(port, timeout=30)

@@ -146,8 +146,9 @@ void pt_req_release(pt_req_t *req);
  * lost (PT_ERR_PEER_LOST); one that cannot be reached until the deadline fails what waited
  * with PT_ERR_TIMEOUT and is not marked lost (the next call dials again). A peer that answers
  * with another incarnation (its listener was made anew: it restarted) fails what was in flight
- * with PT_ERR_RESTARTED and counts a restart (pt_ctx_tcp_peer_stats); new requests go to the
- * new incarnation. */
+ * with PT_ERR_RESTARTED, counts a restart (pt_ctx_tcp_peer_stats) and marks the peer lost
+ * (what it held is gone) until the caller rejoins it (pt_ctx_tcp_rejoin): then new requests
+ * go to the new incarnation. */
 
 /* The shared secret: at least 16 bytes. Needed before listen or the first tcp connection. */
 pt_status_t pt_ctx_set_secret(pt_ctx_t *ctx, const void *secret, size_t len);

@@ -102,7 +102,8 @@ def start(connect, *, secret_file=None, memory=None, timeout=None, **kw):
 
 class Rejoiner(threading.Thread):
     """Watches a client pool's servers and rejoins one that lost what it held (pool/rejoin.py):
-    its data connection refused (it restarted: PeerLost), or its control connection ended
+    its data connection refused or answered by a new process (it restarted: PeerLost), or its
+    control connection ended
     (the server frees what a client's control connection held when it closes). Tries every
     `every` seconds until the server answers again; stops with the pool."""
 

@@ -68,12 +68,23 @@ def run(i, fn):
     return True
 
 
-def loop(fn, duration):
+def loop(fn, duration, over=None):
+    """Operations until `duration` is over (over(up): whether every process is done, for
+    processes that must stop together: a collective on the flag)."""
     i = 0
     end = time.monotonic() + duration
-    while time.monotonic() < end:
+    while True:
+        up = time.monotonic() >= end
+        if over is None and up:
+            break
         run(i, fn)
         i += 1
+        if over is not None:
+            try:
+                if over(up):
+                    break
+            except Exception:
+                pass                        # every rank fails it alike: asked again
         time.sleep(0.02)
     deadline = time.monotonic() + FINAL
     while time.monotonic() < deadline:
@@ -127,8 +138,11 @@ def allreduce(n, timeout, duration):
             return f"allreduce {i} differs at {int(np.argmax(got != want))}"
         return None
 
+    def over(up):                           # the ranks stop at the same operation
+        return collectives.allreduce(np.array([float(up)]))[0] > 0
+
     print("ready", flush=True)
-    loop(op, float(duration))
+    loop(op, float(duration), over)
     collectives.finalize()
 
 

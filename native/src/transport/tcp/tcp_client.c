@@ -234,16 +234,24 @@ static pt_status_t conn_dial(pt_ctx_t *ctx, int rank, double timeout, pt_tcp_con
                  : conn_open(ctx, rank, p, timeout, &nc, refused, &inc);
         if (st == PT_OK && inc) {
             if (p->incarnation && p->incarnation != inc) {
+                /* another process answers there now: the one we knew is gone, and what it
+                 * held (our keys mean nothing to the new one). Lost, until the caller has
+                 * rejoined it (pt_ctx_tcp_rejoin); the connection is kept for then */
                 atomic_fetch_add(&p->restarts, 1);
                 *restarted = 1;
+                if (!p->rejoining) {
+                    pt__peer_mark_lost(ctx, rank);
+                    st = PT_ERR_RESTARTED;
+                }
             }
             p->incarnation = inc;
+            p->rejoining = 0;
         }
         /* a failure before the handshake is over (refused, closed during HELLO/AUTH, timed
          * out) fails this call only: the peer may be restarting, or a crowd of connections
          * may have pushed ours out; the next call dials again. Only an established,
          * authenticated connection that breaks marks the peer lost (pt__tcp_fail_locked). */
-        if (st == PT_OK) {
+        if (st == PT_OK || st == PT_ERR_RESTARTED) {
             nc->older = c;
             p->conn = c = nc;
         }

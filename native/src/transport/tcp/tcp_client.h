@@ -36,6 +36,7 @@ typedef struct pt_tcp_peer {
     pthread_mutex_t lock;       /* making a connection */
     pt_tcp_conn_t *conn;        /* the current one (may have failed) */
     uint64_t incarnation;       /* (lock) what its listener's HELLO said; 0: not known yet */
+    int rejoining;              /* (lock) pt_ctx_tcp_rejoin: take a new incarnation once */
     /* reconnect (tcp_reconnect.c), guarded by rlock (taken after a connection's lock, never
      * before it) */
     pthread_mutex_t rlock;

@@ -163,8 +163,10 @@ static void *reconnect_main(void *arg)
         /* the outcome for everything waiting: OK (go again), or final (fail), or not yet */
         int fin = PT_OK; /* -1: not through yet */
         int lost = 0;
-        if (st == PT_OK)
-            fin = restarted ? PT_ERR_RESTARTED : PT_OK;
+        if (restarted)
+            fin = PT_ERR_RESTARTED; /* (and the peer is lost until rejoined: conn_dial) */
+        else if (st == PT_OK)
+            fin = PT_OK;
         else if (atomic_load(&ctx->peers[p->rank].lost))
             fin = PT_ERR_PEER_LOST;
         else if ((refused && ++refusals >= REFUSALS) || st == PT_ERR_AUTH ||
@@ -268,8 +270,14 @@ pt_status_t pt_ctx_tcp_rejoin(pt_ctx_t *ctx, int rank)
 {
     if (!ctx || rank < 0 || rank >= ctx->size || rank == ctx->rank || !ctx->peers[rank].tcp)
         return PT_ERR_INVALID;
+    pt_tcp_peer_t *p = ctx->peers[rank].tcp;
+    pthread_mutex_lock(&p->lock);
+    /* the next incarnation it meets is the one rejoined (unless it met it already: a live
+     * connection to it is kept from its dial) */
+    p->rejoining = !(p->conn && !atomic_load(&p->conn->dead));
     int was = rank;
     atomic_compare_exchange_strong(&ctx->first_lost, &was, -1);
     atomic_store(&ctx->peers[rank].lost, 0);
+    pthread_mutex_unlock(&p->lock);
     return PT_OK;
 }
