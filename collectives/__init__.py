@@ -7,14 +7,14 @@
     world.barrier()
 """
 from .native import native_info
-from .errors import (BootstrapError, CollectiveMismatch, Finalized, PeerLost, PooltensorError,
-                     RemoteAccessError, Timeout, TransportError)
+from .errors import (BootstrapError, CollectiveMismatch, ConnectionDropped, Finalized, PeerLost,
+                     PeerRestarted, PooltensorError, RemoteAccessError, Timeout, TransportError)
 from .window import Request, Window
 from .world import World, finalize, init
 
 __all__ = ["native_info", "init", "finalize", "World", "Window", "Request", "PooltensorError",
            "TransportError", "RemoteAccessError", "PeerLost", "Timeout", "BootstrapError",
-           "CollectiveMismatch", "Finalized"]
+           "CollectiveMismatch", "Finalized", "PeerRestarted", "ConnectionDropped"]
 from .dtypes import ReduceOp  # noqa: E402
 from .ops import (CollectiveRequest, allgather, allgather_async, allreduce,  # noqa: E402
                   allreduce_async, barrier, broadcast, broadcast_async, reduce_scatter,

@@ -34,6 +34,17 @@ class PeerLost(TransportError):
     """The peer process is gone; nothing more can be read from or written to it."""
 
 
+class PeerRestarted(PeerLost):
+    """The peer (a memory server) restarted: what it held is gone. New requests reach the new
+    process; memory given by the old one is not there any more."""
+
+
+class ConnectionDropped(TransportError):
+    """A tcp connection dropped while a request that is not safe to repeat (fetch_add,
+    compare_swap, notify, put_notify) was in flight: the target may or may not have applied it.
+    The connection itself is made again (gets and puts in flight went again on their own)."""
+
+
 class Timeout(PooltensorError, TimeoutError):
     """A wait ran past its timeout."""
 

@@ -20,6 +20,7 @@ memory (how the pool makes its read-only view of a heap).
 import os
 import socket
 import threading
+import weakref
 
 from . import _native, counters
 from . import control as _ctl
@@ -126,8 +127,11 @@ class RemoteWorld(counters.Counted, LocalMemory):
 
     how = "connect"
 
-    def __init__(self, servers, ctx, grants, timeout):
+    def __init__(self, servers, ctx, grants, timeout, secret=None):
         self.timeout = timeout
+        self._secret = secret
+        self._windows = []                    # (weakref to a Window, id(buffer), access, fresh)
+        self.restarts = [0] * (len(servers) + 1)   # rejoins after a restart, per rank
         self.size = len(servers) + 1
         self.rank, self.local_rank, self.local_size, self.local_ranks = 0, 0, 1, [0]
         self._servers = {s.rank: s for s in servers}
@@ -199,7 +203,46 @@ class RemoteWorld(counters.Counted, LocalMemory):
             raise
         if again is None:
             self._exposed[id(buffer)] = (buffer, ids, sizes)
-        return Window(self, buffer, access, keys, sizes, [access] * self.size, owned)
+        win = Window(self, buffer, access, keys, sizes, [access] * self.size, owned)
+        self._windows.append((weakref.ref(win), id(buffer), access, again is None))
+        return win
+
+    def rejoin(self, rank):
+        """Server `rank` restarted (or dropped this client, which frees what it gave): connect
+        to it again and ask it for the memory it held for this process, so that new requests
+        reach it. What the old memory held is gone: the windows keep working over the new
+        memory, and it is for the caller to fence what was lost (Window.fence; the pool does,
+        pooltensor.pool.rejoin). BootstrapError when the server is not back."""
+        if self._closed:
+            raise ValueError("the world is closed")
+        old = self._servers[rank]
+        srv = _Server(rank, old.address, self._secret, self.timeout)
+        try:
+            fresh = {}                        # id(buffer) -> (allocation id, key)
+            for bid, (buffer, ids, sizes) in self._exposed.items():
+                acc = next((a for ref, b, a, first in self._windows if b == bid and first),
+                           "rw")
+                rep = srv.request({"op": "alloc", "size": int(sizes[rank]), "access": acc})
+                ids[rank] = rep["id"]
+                fresh[bid] = int(rep["key"])
+            for ref, bid, acc, first in self._windows:
+                win = ref()
+                if win is None or bid not in fresh:
+                    continue
+                key = fresh[bid] if first else int(srv.request(
+                    {"op": "register", "id": self._exposed[bid][1][rank], "access": acc})["key"])
+                win._keys[rank] = key
+        except BaseException:
+            srv.close()
+            raise
+        old.close()
+        self._servers[rank] = srv
+        try:
+            self._ctx.connect_tcp(rank, srv.ip, srv.data_port)
+            self._ctx.tcp_rejoin(rank)
+        except _native.Error as e:
+            raise_native(e, rank=rank, host=srv.address, what="rejoin")
+        self.restarts[rank] += 1
 
     def allocation_ids(self, buffer):
         """Per rank, the server's id of the memory exposed with `buffer` (None for rank 0)."""
@@ -282,7 +325,7 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
                 ctx.connect_tcp(s.rank, s.ip, s.data_port)
             except _native.Error as e:
                 raise_native(e, rank=s.rank, host=s.address, what="connect")
-        return RemoteWorld(conns, ctx, grants, timeout)
+        return RemoteWorld(conns, ctx, grants, timeout, secret)
     except BaseException:
         for s in conns:
             s.close()

@@ -5,7 +5,8 @@ The methods are thin: normalize the arguments, make one native call, and turn a 
 into a typed error that names the rank, host, offset and length.
 """
 from . import _native
-from .errors import PeerLost, RemoteAccessError, Timeout, TransportError
+from .errors import (ConnectionDropped, PeerLost, PeerRestarted, RemoteAccessError, Timeout,
+                     TransportError)
 
 _ACCESS = {"r": 1, "rw": 3}
 
@@ -16,11 +17,15 @@ def raise_native(err, rank=None, host=None, offset=None, length=None, what="acce
     kw = dict(rank=rank, host=host, offset=offset, length=length)
     if status in (_native.ERR_KEY, _native.ERR_BOUNDS, _native.ERR_MODE, _native.ERR_ALIGN):
         raise RemoteAccessError(f"{what} refused at the target: {text}", **kw) from None
+    if status == _native.ERR_RESTARTED:
+        raise PeerRestarted(f"{what} failed: {text}", **kw) from None
     if status in (_native.ERR_PEER_LOST, _native.ERR_TIMEOUT):
         from .log import logger
         logger.debug("%s of rank %s (%s) at offset %s: %s", what, rank, host, offset, text)
     if status == _native.ERR_PEER_LOST:
         raise PeerLost(f"{what} failed: {text}", **kw) from None
+    if status == _native.ERR_INDOUBT:
+        raise ConnectionDropped(f"{what} failed: {text}", **kw) from None
     if status == _native.ERR_TIMEOUT:
         raise Timeout(f"{what} timed out", **kw) from None
     if status == _native.ERR_INVALID:
@@ -133,6 +138,23 @@ class Window:
         self._ctx = world._ctx
         self._pending = []
         self._closed = False
+        self._fence = None            # rank -> (unit, lost units, message): see fence()
+
+    def fence(self, rank, unit, units, message):
+        """Units (`unit` bytes each, by index) of rank's memory that were lost (a memory server
+        that restarted): from now on an access starting in one raises PeerRestarted(message)
+        instead of reaching the new memory there. unfence() lifts them (given back)."""
+        if self._fence is None:
+            self._fence = {}
+        old = self._fence.get(rank)
+        lost = set(units) | (old[1] if old else set())
+        self._fence[rank] = (int(unit), lost, message)
+
+    def unfence(self, rank, units):
+        """Lift the fence from these units of rank's memory (their lost data was given back)."""
+        got = (self._fence or {}).get(rank)
+        if got is not None:
+            got[1].difference_update(units)
 
     def _where(self, rank, offset, length):
         return (rank, self.world.hosts[rank] if 0 <= rank < self.world.size else None,
@@ -146,6 +168,11 @@ class Window:
         if offset < 0 or offset >= 1 << 64:   # never taken modulo 2**64: no memory is there
             raise RemoteAccessError("negative offset" if offset < 0 else "offset beyond 2**64",
                                     rank=rank, host=self.world.hosts[rank], offset=offset)
+        if self._fence and rank in self._fence:
+            unit, lost, message = self._fence[rank]
+            if offset // unit in lost:
+                raise PeerRestarted(message, rank=rank, host=self.world.hosts[rank],
+                                    offset=offset)
 
     def get(self, rank, offset, out):
         """Read len(out) bytes at `offset` of rank's memory into `out`; returns `out`."""

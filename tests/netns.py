@@ -157,6 +157,117 @@ def ns_cmd(k, argv):
     return ["ip", "netns", "exec", NAMES[k], *argv]
 
 
+# -- a private pair, for fault injection ---------------------------------------------------------
+#
+# Partitions are made with packet-filter rules that drop everything between two hosts. They must
+# never go into the shared layout above (other tests use it at the same time), so each test that
+# injects faults makes a pair of its own: namespaces ptpN-a and ptpN-b, one veth link, the subnet
+# 10.78.N.0/30 (N chosen free under the lock), removed again on exit whatever happens.
+
+def partition_unavailable():
+    """Why partitions cannot be made here (a sentence), or None: namespaces plus `nft` (or
+    `iptables`) to drop packets inside them."""
+    why = unavailable()
+    if why:
+        return why
+    if not (shutil.which("nft") or shutil.which("iptables")):
+        return "neither `nft` nor `iptables` is installed (apt-get install nftables)"
+    return None
+
+
+class Pair:
+    """Two namespaces of their own joined by one veth link; cut() drops every packet between
+    them (nft, else iptables, in namespace a: both directions), heal() lifts the rules,
+    throttle(rate) shapes a's link with tc's token bucket filter. close() removes everything."""
+
+    TABLE = "ptpartition"
+
+    def __init__(self):
+        why = partition_unavailable()
+        if why:
+            raise RuntimeError(why)
+        with _locked():
+            listed = _ip("netns", "list").stdout
+            used = {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
+            n = next((k for k in range(1, 250) if f"ptp{k}-a" not in used), None)
+            if n is None:
+                raise RuntimeError("no free private namespace pair (250 in use)")
+            self.n = n
+            self.names = (f"ptp{n}-a", f"ptp{n}-b")
+            self.addrs = (f"10.78.{n}.1", f"10.78.{n}.2")
+            try:
+                for ns in self.names:
+                    _ip("netns", "add", ns)
+                    _ip("link", "set", "lo", "up", ns=ns)
+                _ip("link", "add", "ptpa", "type", "veth", "peer", "name", "ptpb", "netns",
+                    self.names[1], ns=self.names[0])
+                for ns, dev, addr in zip(self.names, ("ptpa", "ptpb"), self.addrs):
+                    _ip("addr", "add", f"{addr}/30", "dev", dev, ns=ns)
+                    _ip("link", "set", dev, "up", ns=ns)
+            except BaseException:
+                self.close()
+                raise
+        self.nft = shutil.which("nft") is not None
+        self.cut_now = False
+
+    def cmd(self, k, argv):
+        """argv run inside namespace k (0: a, 1: b)."""
+        return ["ip", "netns", "exec", self.names[k], *argv]
+
+    def _run(self, argv, stdin=None, check=True):
+        p = subprocess.run(self.cmd(0, argv), input=stdin, capture_output=True, text=True,
+                           timeout=30)
+        if check and p.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: {p.stderr.strip() or p.stdout.strip()}")
+        return p
+
+    def cut(self):
+        """Drop every packet between a and b, both ways (established connections included)."""
+        peer = self.addrs[1]
+        if self.nft:
+            self._run(["nft", "-f", "-"], stdin=(
+                f"table inet {self.TABLE} {{\n"
+                f"  chain in {{ type filter hook input priority -10; ip saddr {peer} drop; }}\n"
+                f"  chain out {{ type filter hook output priority -10; ip daddr {peer} drop; }}\n"
+                f"}}\n"))
+        else:
+            self._run(["iptables", "-I", "INPUT", "-s", peer, "-j", "DROP"])
+            self._run(["iptables", "-I", "OUTPUT", "-d", peer, "-j", "DROP"])
+        self.cut_now = True
+
+    def heal(self):
+        """Lift the partition (idempotent)."""
+        if self.nft:
+            self._run(["nft", "delete", "table", "inet", self.TABLE], check=False)
+        else:
+            peer = self.addrs[1]
+            while self._run(["iptables", "-D", "INPUT", "-s", peer, "-j", "DROP"],
+                            check=False).returncode == 0:
+                pass
+            while self._run(["iptables", "-D", "OUTPUT", "-d", peer, "-j", "DROP"],
+                            check=False).returncode == 0:
+                pass
+        self.cut_now = False
+
+    def throttle(self, rate="8mbit"):
+        """Shape a's side of the link (tc tbf); rate None lifts it."""
+        self._run(["tc", "qdisc", "del", "dev", "ptpa", "root"], check=False)
+        if rate:
+            self._run(["tc", "qdisc", "add", "dev", "ptpa", "root", "tbf", "rate", rate,
+                       "burst", "64kb", "latency", "400ms"])
+
+    def close(self):
+        """Remove both namespaces (their link, rules and shaping go with them)."""
+        for ns in self.names:
+            _ip("netns", "del", ns, check=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 # -- pytest -------------------------------------------------------------------------------------
 try:
     import pytest
@@ -179,6 +290,22 @@ if pytest is not None:
         yield {"names": NAMES, "addrs": ADDRS}
         if created and not os.environ.get("POOLTENSOR_KEEP_NETNS"):
             down()
+
+    @pytest.fixture
+    def netns_pair():
+        """A private pair of namespaces (Pair) for fault injection; skips with the reason when
+        it cannot be made; removed (rules and all) whatever the test does."""
+        why = partition_unavailable()
+        if why:
+            pytest.skip(f"partition tests need namespaces and a packet filter: {why}")
+        try:
+            pair = Pair()
+        except RuntimeError as e:
+            pytest.skip(f"partition tests need a private namespace pair: {e}")
+        try:
+            yield pair
+        finally:
+            pair.close()
 
 
 def main(argv=None):

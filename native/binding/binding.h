@@ -57,6 +57,8 @@ PyObject *pt_py_listen(ContextObject *self, PyObject *args);
 PyObject *pt_py_connect_tcp(ContextObject *self, PyObject *args);
 PyObject *pt_py_connect_tcp_served(ContextObject *self, PyObject *args);
 PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused);
+PyObject *pt_py_tcp_peer_stats(ContextObject *self, PyObject *args);
+PyObject *pt_py_tcp_rejoin(ContextObject *self, PyObject *args);
 PyObject *pt_py_tcp_open(ContextObject *self, PyObject *args);
 PyObject *pt_py_transport(ContextObject *self, PyObject *args);
 PyObject *pt_py_hmac_sha256(PyObject *m, PyObject *args);

@@ -759,6 +759,11 @@ static PyMethodDef Context_methods[] = {
      "cross-memory attach)."},
     {"tcp_open", (PyCFunction)pt_py_tcp_open, METH_VARARGS,
      "tcp_open(rank): make the tcp connection to rank now instead of on first use."},
+    {"tcp_peer_stats", (PyCFunction)pt_py_tcp_peer_stats, METH_VARARGS,
+     "tcp_peer_stats(rank) -> dict: reconnects, restarts, retried, indoubt (what reconnect "
+     "saw of that peer)."},
+    {"tcp_rejoin", (PyCFunction)pt_py_tcp_rejoin, METH_VARARGS,
+     "tcp_rejoin(rank): a tcp peer marked lost (a restarted memory server) is reached again."},
     {"tcp_stats", (PyCFunction)pt_py_tcp_stats, METH_NOARGS,
      "tcp_stats() -> dict: accepted, active, auth_failures, bad_frames, requests, bytes_in, "
      "bytes_out, refused (turned away at accept) of this context's tcp server."},
@@ -840,7 +845,7 @@ PyMODINIT_FUNC PyInit__native(void)
     static const char *names[] = {"OK", "ERR_INVALID", "ERR_NOMEM", "ERR_SYS", "ERR_KEY",
                                   "ERR_BOUNDS", "ERR_MODE", "ERR_ALIGN", "ERR_UNSUPPORTED",
                                   "ERR_TIMEOUT", "ERR_PEER_LOST", "ERR_CLOSED", "ERR_MISMATCH",
-                                  "ERR_AUTH"};
+                                  "ERR_AUTH", "ERR_INDOUBT", "ERR_RESTARTED"};
     for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++)
         if (PyModule_AddIntConstant(m, names[i], i) < 0) {
             Py_DECREF(m);

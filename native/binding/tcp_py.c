@@ -107,6 +107,29 @@ PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused)
                          (unsigned long long)s.refused);
 }
 
+PyObject *pt_py_tcp_peer_stats(ContextObject *self, PyObject *args)
+{
+    int rank;
+    if (!PyArg_ParseTuple(args, "i", &rank))
+        return NULL;
+    CTX(self);
+    pt_tcp_peer_stats_t s;
+    pt_ctx_tcp_peer_stats(self->ctx, rank, &s);
+    return Py_BuildValue("{sKsKsKsK}", "reconnects", (unsigned long long)s.reconnects,
+                         "restarts", (unsigned long long)s.restarts, "retried",
+                         (unsigned long long)s.retried, "indoubt",
+                         (unsigned long long)s.indoubt);
+}
+
+PyObject *pt_py_tcp_rejoin(ContextObject *self, PyObject *args)
+{
+    int rank;
+    if (!PyArg_ParseTuple(args, "i", &rank))
+        return NULL;
+    CTX(self);
+    return pt_py_none_or_raise(pt_ctx_tcp_rejoin(self->ctx, rank), -1);
+}
+
 PyObject *pt_py_transport(ContextObject *self, PyObject *args)
 {
     int rank;

@@ -29,6 +29,9 @@ typedef enum {
     PT_ERR_CLOSED,
     PT_ERR_MISMATCH,      /* ranks called a collective with different arguments */
     PT_ERR_AUTH,          /* tcp: the peer does not know the same secret */
+    PT_ERR_INDOUBT,       /* tcp: the connection dropped while this request (not one that is
+                             safe to repeat) was in flight: it may or may not have been applied */
+    PT_ERR_RESTARTED,     /* tcp: the peer restarted: what it held is gone */
 } pt_status_t;
 
 typedef enum {
@@ -131,10 +134,21 @@ void pt_req_release(pt_req_t *req);
  * Every context can serve its registrations over tcp (pt_ctx_listen) and reach peers over tcp
  * (pt_ctx_connect_tcp); both ends must hold the same secret (HMAC-SHA256 challenge-response in
  * both directions before any request). Once a rank has a tcp address, get/put/atomics/notify/
- * put_indexed and the async requests to it go over tcp (attach: PT_ERR_UNSUPPORTED). A dropped
- * connection marks the peer lost and fails its requests in flight with PT_ERR_PEER_LOST; a
- * request not answered within the context's timeout fails with PT_ERR_TIMEOUT. A context made
- * as pt_ctx_create(0, 1, ...) serves any authenticated client (a memory server). */
+ * put_indexed and the async requests to it go over tcp (attach: PT_ERR_UNSUPPORTED). A request
+ * not answered within the context's timeout fails with PT_ERR_TIMEOUT. A context made as
+ * pt_ctx_create(0, 1, ...) serves any authenticated client (a memory server).
+ *
+ * Reconnect: a connection that drops (end of stream, reset) is dialed again with backoff until
+ * the deadline of the requests it carried (an idle one: for the context's timeout). Requests
+ * that are safe to repeat (get, put, put_indexed, and any request not sent yet) go again on the
+ * new connection; fetch_add, compare_swap, notify and put_notify that were sent fail with
+ * PT_ERR_INDOUBT. A dial refused (nothing listens there: the process is gone) marks the peer
+ * lost (PT_ERR_PEER_LOST); one that cannot be reached until the deadline fails what waited
+ * with PT_ERR_TIMEOUT and is not marked lost (the next call dials again). A peer that answers
+ * with another incarnation (its listener was made anew: it restarted) fails what was in flight
+ * with PT_ERR_RESTARTED, counts a restart (pt_ctx_tcp_peer_stats) and marks the peer lost
+ * (what it held is gone) until the caller rejoins it (pt_ctx_tcp_rejoin): then new requests
+ * go to the new incarnation. */
 
 /* The shared secret: at least 16 bytes. Needed before listen or the first tcp connection. */
 pt_status_t pt_ctx_set_secret(pt_ctx_t *ctx, const void *secret, size_t len);
@@ -165,6 +179,17 @@ typedef struct {
     uint64_t refused;
 } pt_tcp_stats_t;
 void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out);
+/* What reconnect saw of one tcp peer: connections re-established after a drop, restarts seen
+ * (a new incarnation answered), requests repeated on a new connection, requests failed with
+ * PT_ERR_INDOUBT. */
+typedef struct {
+    uint64_t reconnects, restarts, retried, indoubt;
+} pt_tcp_peer_stats_t;
+void pt_ctx_tcp_peer_stats(pt_ctx_t *ctx, int rank, pt_tcp_peer_stats_t *out);
+/* A tcp peer marked lost is reachable again (a memory server that restarted, which the caller
+ * has rejoined): clear its loss so that requests go to it again. PT_ERR_INVALID for a peer
+ * without a tcp address. */
+pt_status_t pt_ctx_tcp_rejoin(pt_ctx_t *ctx, int rank);
 /* How rank is reached: 0 not at all, 1 this process or shared memory, 2 tcp, 3 verbs. */
 int pt_ctx_transport(pt_ctx_t *ctx, int rank);
 

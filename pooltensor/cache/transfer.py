@@ -321,7 +321,7 @@ def _put_at(pool, heap, m, slot, o, data):
     else:
         buf = pool.mapped_w.get((heap, m)) if pool.mapped_w else None
         if buf is None:
-            pool.write_win[heap].put(m, at, data)
+            _put(pool, heap, m, slot, lambda: pool.write_win[heap].put(m, at, data))
     if buf is not None:
         populate(buf, at, at + len(data), write=True)
         buf[at:at + len(data)] = data
@@ -360,11 +360,26 @@ def _write_piece(pool, alloc, k, o, sh, st, dtype, v):
             e = fetch(pool, heap, m, slot, alloc.slab_len(k))
         frame = cache.ready(e)
         np.ndarray(sh, dtype, buffer=frame, offset=o, strides=st)[...] = v
-        pool.write_win[heap].put(m, slot * S + lo, frame[lo:hi])
+        _put(pool, heap, m, slot,
+             lambda: pool.write_win[heap].put(m, slot * S + lo, frame[lo:hi]))
         return
     if e is not None:
         np.ndarray(sh, dtype, buffer=cache.ready(e), offset=o, strides=st)[...] = v
-    _put_runs(pool.write_win[heap], m, slot * S + o, sh, st, it, v)
+    _put(pool, heap, m, slot,
+         lambda: _put_runs(pool.write_win[heap], m, slot * S + o, sh, st, it, v))
+
+
+def _put(pool, heap, m, slot, put):
+    """A put to a remote slab; when it fails (a timeout, a dropped connection) the home may or
+    may not hold the bytes, so a cached copy of that slab is dropped, never kept to disagree
+    with the home: the next read asks the home."""
+    try:
+        put()
+    except Exception:
+        e = pool.cache.entries.get((heap, m, slot))
+        if e is not None:
+            pool.cache.discard(e)
+        raise
 
 
 def _put_runs(win, m, base, sh, st, it, v):
@@ -416,10 +431,12 @@ def scatter(pool, alloc, offsets, dtype, vals):
             frame = cache.ready(e)
             frame.view(dtype)[idx] = v
             lo, hi = int(within.min()), int(within.max()) + it
-            pool.write_win[heap].put(m, slot * S + lo, frame[lo:hi])
+            _put(pool, heap, m, slot, lambda: pool.write_win[heap].put(m, slot * S + lo,
+                                                                       frame[lo:hi]))
             continue
         if e is not None:
             cache.ready(e).view(dtype)[idx] = v
         vb = np.ascontiguousarray(v).view(np.uint8)
-        pool.write_win[heap].put_indexed(m, slot * S + within.astype(np.int64), it, vb)
+        _put(pool, heap, m, slot, lambda: pool.write_win[heap].put_indexed(
+            m, slot * S + within.astype(np.int64), it, vb))
     bump(pool, alloc, touched)

@@ -10,14 +10,20 @@ with role "client" (one heap per server seen through an rw and an r key; placeme
 servers only). When the pool is finalized, or the script ends in any way, the control
 connections close and the servers free the memory.
 """
+import logging
 import os
+import select
 import socket
+import threading
 
 from collectives import control as _ctl
 from collectives import remote
-from collectives.errors import PeerLost, Timeout
+from collectives.errors import PeerLost, PooltensorError, Timeout
 
+from . import rejoin
 from .pool import Pool
+
+log = logging.getLogger("pooltensor")
 
 
 class ServerChannel:
@@ -90,4 +96,54 @@ def start(connect, *, secret_file=None, memory=None, timeout=None, **kw):
     pool.chans = {r: ServerChannel(world.server(r), ids[r], r, world.size, pool.slab_size)
                   for r in range(1, world.size) if world.server(r).facts.get("plans")}
     pool.exclusive = False              # the servers write the slabs they compute
+    Rejoiner(pool).start()
     return pool
+
+
+class Rejoiner(threading.Thread):
+    """Watches a client pool's servers and rejoins one that lost what it held (pool/rejoin.py):
+    its data connection refused or answered by a new process (it restarted: PeerLost), or its
+    control connection ended
+    (the server frees what a client's control connection held when it closes). Tries every
+    `every` seconds until the server answers again; stops with the pool."""
+
+    def __init__(self, pool, every=0.5):
+        super().__init__(daemon=True, name="pooltensor rejoin")
+        self.pool, self.every = pool, every
+        self.rejoined = 0
+
+    def _dropped(self, srv):
+        """The idle control connection ended (readable with nothing to read: its end)."""
+        if not srv.lock.acquire(blocking=False):
+            return False                # in use: a request in flight says it itself
+        try:
+            if not select.select([srv.sock], [], [], 0)[0]:
+                return False
+            try:
+                return srv.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+        finally:
+            srv.lock.release()
+
+    def run(self):
+        pool, world = self.pool, self.pool.world
+        told = set()
+        while not pool.closed:
+            for r in range(1, world.size):
+                if pool.closed:
+                    return
+                try:
+                    if not (world._ctx.peer_lost(r) or self._dropped(world.server(r))):
+                        continue
+                    rejoin.rejoin(pool, r)
+                    self.rejoined += 1
+                    told.discard(r)
+                except (PooltensorError, OSError, ValueError) as e:
+                    if r not in told and not pool.closed:
+                        told.add(r)
+                        log.warning("pooltensor: memory server %s is gone; rejoining it when "
+                                    "it answers again (%s)", world.hosts[r], e)
+            threading.Event().wait(self.every)

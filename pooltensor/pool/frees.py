@@ -10,7 +10,7 @@ import numpy as np
 
 import collectives
 
-from . import agree
+from . import agree, rejoin
 
 SYNC = agree.Call("sync")         # a plain pt.sync(), as the ranks compare it
 
@@ -55,6 +55,7 @@ def apply(pool, pend):
                 pool._heap_used[heap][m] -= len(ss)
                 if m != pool.me:
                     pool.cache.discard_keys([(heap, m, s) for s in ss])
+                    rejoin.given_back(pool, m, ss)
         pool._live -= 1
 
 

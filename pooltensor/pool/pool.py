@@ -48,6 +48,7 @@ from . import frees
 from . import mapping
 from . import replicas as replicas_
 from . import placement as _placement
+from . import rejoin
 from . import spawn
 from .alloc import SlabAllocator
 from ..cache import SlabCache
@@ -411,16 +412,16 @@ class Pool:
     # -- versions (SPMD coherence) -------------------------------------------------------------
     def version(self, m, slot):
         """The home's version of rw slab (m, slot): an atomic read (compare_swap 0 -> 0)."""
-        return self.win_ver.compare_swap(m, slot * 8, 0, 0)
+        return rejoin.read_version(self.win_ver, m, slot)
 
     def bump(self, m, slot):
         """Count one more write into rw slab (m, slot); keeps our cached copy current when
         nobody else wrote since we fetched it."""
-        old = self.win_ver.fetch_add(m, slot * 8, 1)
+        old = rejoin.bump_version(self.win_ver, m, slot)     # None: in doubt, moved again
         if m != self.me:
             e = self.cache.entries.get(("rw", m, slot))
             if e is not None:
-                if e.version == old:
+                if old is not None and e.version == old:
                     e.version = old + 1
                 else:
                     self.cache.discard(e)

@@ -23,6 +23,10 @@ const char *pt_status_str(pt_status_t st)
     case PT_ERR_CLOSED: return "closed";
     case PT_ERR_MISMATCH: return "ranks called the collective with different arguments";
     case PT_ERR_AUTH: return "authentication failed: the peer holds a different secret";
+    case PT_ERR_INDOUBT:
+        return "the connection dropped with the request in flight: it may or may not have been "
+               "applied (not repeated: not safe to repeat)";
+    case PT_ERR_RESTARTED: return "the peer restarted: what it held is gone";
     }
     return "unknown status";
 }

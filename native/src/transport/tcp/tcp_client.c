@@ -7,7 +7,10 @@
  * small request never waits behind more than one chunk of a large one. The receiver thread
  * reads replies, matches them by id and receives get payloads straight into the caller's
  * buffer. A request completes when every frame has its reply; the connection failing
- * (peer closed, reset, a request past its deadline) completes every request in it.
+ * (a request past its deadline) completes every request in it; a connection that drops
+ * (peer closed, reset) hands its requests to reconnect (tcp_reconnect.c), which dials again
+ * and repeats what is safe to repeat. A call that finds no live connection dials with backoff
+ * until its deadline (dial_until).
  *
  * Sync operations are async ones waited for; the receiver fails any request older than the
  * context's timeout, so no wait outlives it. */
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/transport.h"
@@ -133,7 +137,7 @@ static void *sender_main(void *arg)
                 c->q_head = r;
             c->q_tail = r;
         }
-        pt__tcp_unbusy_locked(r);
+        pt__tcp_unbusy_locked(c, r);
         pt_req_release(r);
     }
     pthread_mutex_unlock(&c->lock);
@@ -142,102 +146,25 @@ static void *sender_main(void *arg)
 
 /* ---- connections ---- */
 
-static pt_status_t dial(pt_tcp_peer_t *p, double timeout, int *fd_out)
-{
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%d", p->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV}, *ai = NULL;
-    if (getaddrinfo(p->host, ps, &hints, &ai) != 0 || !ai)
-        return PT_ERR_INVALID;
-    pt_status_t st = PT_ERR_PEER_LOST;
-    double deadline = pt__now() + timeout;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        int fd = pt_plat_socket(a->ai_family, 1);
-        if (fd < 0)
-            continue;
-        int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-        if (rc < 0 && errno == EINPROGRESS) {
-            struct pollfd pf = {.fd = fd, .events = POLLOUT};
-            double left;
-            do {
-                left = deadline - pt__now();
-                rc = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
-            } while (rc < 0 && errno == EINTR);
-            if (rc == 0) {
-                close(fd);
-                st = PT_ERR_TIMEOUT;
-                break;
-            }
-            int err = 0;
-            socklen_t el = sizeof(err);
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-            rc = err ? -1 : 0;
-            errno = err;
-        }
-        if (rc == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) {
-            freeaddrinfo(ai);
-            *fd_out = fd;
-            return PT_OK;
-        }
-        close(fd);
-    }
-    freeaddrinfo(ai);
-    return st;
-}
-
-/* The client half of the challenge-response (see tcp_proto.h). */
-static pt_status_t authenticate(pt_ctx_t *ctx, int fd, double deadline)
-{
-    uint8_t hb[PT_TCP_HDR], ns[PT_TCP_NONCE], pl[PT_TCP_NONCE + PT_TCP_MAC], mac[PT_TCP_MAC];
-    pt_tcp_hdr_t h;
-    if (pt__tcp_recv(fd, hb, sizeof(hb), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    pt__hdr_unpack(hb, &h);
-    if (h.magic != PT_TCP_MAGIC || h.op != PT_TCP_OP_HELLO || h.len != PT_TCP_NONCE ||
-        h.a != PT_TCP_VERSION)
-        return PT_ERR_INVALID;
-    if (pt__tcp_recv(fd, ns, sizeof(ns), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    pt_status_t st = pt_plat_random(pl, PT_TCP_NONCE);
-    if (st != PT_OK)
-        return st;
-    pt__tcp_mac(ctx, 0, ns, pl, ctx->rank, pl + PT_TCP_NONCE);
-    h = (pt_tcp_hdr_t){.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH, .len = sizeof(pl),
-                       .a = ctx->rank};
-    pt__hdr_pack(&h, hb);
-    struct iovec iov[2] = {{hb, sizeof(hb)}, {pl, sizeof(pl)}};
-    if (pt__tcp_sendv(fd, iov, 2, deadline, NULL) < 0)
-        return PT_ERR_PEER_LOST;
-    if (pt__tcp_recv(fd, hb, sizeof(hb), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    pt__hdr_unpack(hb, &h);
-    if (h.magic != PT_TCP_MAGIC || h.op != PT_TCP_OP_AUTH_OK)
-        return PT_ERR_INVALID;
-    if (h.status != 0 || h.len != PT_TCP_MAC)
-        return PT_ERR_AUTH;
-    if (pt__tcp_recv(fd, mac, sizeof(mac), deadline, NULL, NULL) < 0)
-        return errno == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST;
-    uint8_t want[PT_TCP_MAC];
-    pt__tcp_mac(ctx, 1, ns, pl, ctx->rank, want);
-    return pt__ct_equal(want, mac, PT_TCP_MAC) ? PT_OK : PT_ERR_AUTH;
-}
-
-static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, pt_tcp_conn_t **out)
+static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, double timeout,
+                             pt_tcp_conn_t **out, int *refused, uint64_t *inc)
 {
     if (ctx->secret_len == 0)
         return PT_ERR_INVALID;
     int fd;
-    pt_status_t st = dial(p, ctx->timeout, &fd);
+    pt_status_t st = pt__tcp_dial(p, timeout, &fd, refused);
     if (st != PT_OK)
         return st;
-    double deadline = pt__now() + (ctx->timeout < PT_TCP_IO_TIMEOUT ? ctx->timeout
-                                                                    : PT_TCP_IO_TIMEOUT);
+    /* the handshake: as long as the dial may take (at least a second: a loaded machine),
+     * never past the timeout or PT_TCP_IO_TIMEOUT */
+    double hs = timeout < 1.0 ? 1.0 : timeout;
+    hs = hs < ctx->timeout ? hs : ctx->timeout;
+    double deadline = pt__now() + (hs < PT_TCP_IO_TIMEOUT ? hs : PT_TCP_IO_TIMEOUT);
     if (pt__tcp_tune(fd, 0.25) < 0) {
         st = pt__sys();
         goto err_fd;
     }
-    st = authenticate(ctx, fd, deadline);
+    st = pt__tcp_authenticate(ctx, fd, deadline, inc);
     if (st != PT_OK)
         goto err_fd;
     pt_tcp_conn_t *c = calloc(1, sizeof(*c));
@@ -283,8 +210,10 @@ err_fd:
 }
 
 /* The live connection to rank, made now if there is none (a failed one is kept until destroy:
- * threads may still hold it). */
-static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
+ * threads may still hold it); the dial may take `timeout`. *refused: the dial was refused;
+ * *restarted: the new connection met another incarnation of the peer than the last one. */
+static pt_status_t conn_dial(pt_ctx_t *ctx, int rank, double timeout, pt_tcp_conn_t **out,
+                             int *refused, int *restarted)
 {
     pt_tcp_peer_t *p = ctx->peers[rank].tcp;
     if (atomic_load(&ctx->peers[rank].lost))
@@ -299,13 +228,30 @@ static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
     c = p->conn;
     if (!c || atomic_load(&c->dead)) {
         pt_tcp_conn_t *nc = NULL;
-        st = atomic_load(&ctx->peers[rank].lost) ? PT_ERR_PEER_LOST
-                                                  : conn_open(ctx, rank, p, &nc);
+        uint64_t inc = 0;
+        st = atomic_load(&ctx->peers[rank].lost)
+                 ? PT_ERR_PEER_LOST
+                 : conn_open(ctx, rank, p, timeout, &nc, refused, &inc);
+        if (st == PT_OK && inc) {
+            if (p->incarnation && p->incarnation != inc) {
+                /* another process answers there now: the one we knew is gone, and what it
+                 * held (our keys mean nothing to the new one). Lost, until the caller has
+                 * rejoined it (pt_ctx_tcp_rejoin); the connection is kept for then */
+                atomic_fetch_add(&p->restarts, 1);
+                *restarted = 1;
+                if (!p->rejoining) {
+                    pt__peer_mark_lost(ctx, rank);
+                    st = PT_ERR_RESTARTED;
+                }
+            }
+            p->incarnation = inc;
+            p->rejoining = 0;
+        }
         /* a failure before the handshake is over (refused, closed during HELLO/AUTH, timed
          * out) fails this call only: the peer may be restarting, or a crowd of connections
          * may have pushed ours out; the next call dials again. Only an established,
          * authenticated connection that breaks marks the peer lost (pt__tcp_fail_locked). */
-        if (st == PT_OK) {
+        if (st == PT_OK || st == PT_ERR_RESTARTED) {
             nc->older = c;
             p->conn = c = nc;
         }
@@ -316,6 +262,46 @@ static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
     return st;
 }
 
+static pt_status_t conn_get(pt_ctx_t *ctx, int rank, pt_tcp_conn_t **out)
+{
+    int refused = 0, restarted = 0;
+    return conn_dial(ctx, rank, ctx->timeout, out, &refused, &restarted);
+}
+
+pt_status_t pt__tcp_redial(pt_ctx_t *ctx, int rank, double timeout, int *refused,
+                           int *restarted)
+{
+    pt_tcp_conn_t *c;
+    return conn_dial(ctx, rank, timeout, &c, refused, restarted);
+}
+
+/* rank's live connection for a request due by `deadline`: a dial that fails without a
+ * verdict (no route, packets dropped, a handshake cut short: a partition, or a peer coming
+ * back) is tried again with backoff (*backoff, doubled up to 0.5 s) until the deadline, then
+ * PT_ERR_TIMEOUT. A refused dial (nothing listens: gone, or not up yet) fails this call with
+ * PT_ERR_PEER_LOST at once without marking the peer lost; a lost peer, a wrong secret or
+ * protocol likewise at once. */
+static pt_status_t dial_until(pt_ctx_t *ctx, int rank, double deadline, double *backoff,
+                              pt_tcp_conn_t **c)
+{
+    for (;;) {
+        double left = deadline - pt__now();
+        int refused = 0, restarted = 0;
+        pt_status_t st = conn_dial(ctx, rank, left > 1.0 ? 1.0 : left > 0 ? left : 0.001, c,
+                                   &refused, &restarted);
+        if (st == PT_OK || refused || atomic_load(&ctx->peers[rank].lost) ||
+            (st != PT_ERR_PEER_LOST && st != PT_ERR_TIMEOUT))
+            return st;
+        left = deadline - pt__now();
+        if (left <= 0)
+            return PT_ERR_TIMEOUT;
+        double nap = *backoff < left ? *backoff : left;
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+        nanosleep(&ts, NULL);
+        *backoff = *backoff * 2 < 0.5 ? *backoff * 2 : 0.5;
+    }
+}
+
 /* Put req in flight on rank's connection. On PT_OK the connection holds a reference, *cout is
  * the connection and *reader says whether the caller (a synchronous one: `sync`) took the
  * reading of replies, which it then must do (wait_sync). */
@@ -323,11 +309,15 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
                           int *reader)
 {
     pt_tcp_conn_t *c;
-    pt_status_t st = conn_get(ctx, rank, &c);
+    pt_status_t st;
+    if (r->deadline == 0) /* (a request going again keeps its first deadline) */
+        r->deadline = pt__now() + ctx->timeout;
+    r->frames = frame_count(r);
+    double backoff = 0.01;
+again:
+    st = dial_until(ctx, rank, r->deadline, &backoff, &c);
     if (st != PT_OK)
         return st;
-    r->deadline = pt__now() + ctx->timeout;
-    r->frames = frame_count(r);
     pthread_mutex_lock(&c->lock);
     while (c->inflight >= PT_TCP_MAX_INFLIGHT && !atomic_load(&c->dead)) {
         struct timespec ts;
@@ -344,7 +334,9 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     if (atomic_load(&c->dead)) {
         st = c->fail;
         pthread_mutex_unlock(&c->lock);
-        return st;
+        if (st == PT__TCP_DROPPED && pt__now() < r->deadline)
+            goto again; /* dropped before ours went: dial again (conn_get) */
+        return st == PT__TCP_DROPPED ? PT_ERR_TIMEOUT : st;
     }
     while (c->slots[c->next_id % PT_TCP_MAX_INFLIGHT])
         c->next_id++;
@@ -390,9 +382,16 @@ static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp
     pthread_mutex_lock(&c->lock);
     if (rc < 0 && !atomic_load(&c->dead))
         pt__tcp_fail_locked(c, PT_ERR_PEER_LOST);
-    pt__tcp_unbusy_locked(r);
+    pt__tcp_unbusy_locked(c, r);
     pthread_mutex_unlock(&c->lock);
     return PT_OK;
+}
+
+pt_status_t pt__tcp_resubmit(pt_ctx_t *ctx, int rank, pt_req_t *r)
+{
+    pt_tcp_conn_t *c;
+    int reader;
+    return submit(ctx, rank, r, 0, &c, &reader);
 }
 
 static pt_req_t *req_new(int op, int rank, uint64_t key, uint64_t off, void *buf, size_t len)
@@ -608,7 +607,11 @@ static pt_status_t peer_address(pt_ctx_t *ctx, int rank, const char *host, int p
             return PT_ERR_NOMEM;
         snprintf(p->host, sizeof(p->host), "%s", host);
         p->port = port;
+        p->ctx = ctx;
+        p->rank = rank;
         pthread_mutex_init(&p->lock, NULL);
+        pthread_mutex_init(&p->rlock, NULL);
+        pthread_cond_init(&p->rcond, NULL);
         pe->tcp = p;
     }
     if (reach)
@@ -647,12 +650,15 @@ static void client_stop(pt_ctx_t *ctx)
         pt_tcp_peer_t *p = ctx->peers[r].tcp;
         if (!p)
             continue;
+        pt__tcp_reconnect_stop(p); /* (its orphans hold their old connections: first) */
         for (pt_tcp_conn_t *c = p->conn; c;) {
             pt_tcp_conn_t *older = c->older;
             conn_close(c);
             c = older;
         }
         pthread_mutex_destroy(&p->lock);
+        pthread_mutex_destroy(&p->rlock);
+        pthread_cond_destroy(&p->rcond);
         free(p);
         ctx->peers[r].tcp = NULL;
         if (ctx->peers[r].ops == &pt_transport_tcp)

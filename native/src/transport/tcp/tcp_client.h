@@ -29,11 +29,30 @@ typedef struct pt_tcp_conn {
 } pt_tcp_conn_t;
 
 typedef struct pt_tcp_peer {
+    pt_ctx_t *ctx;
+    int rank;
     char host[256];
     int port;
     pthread_mutex_t lock;       /* making a connection */
     pt_tcp_conn_t *conn;        /* the current one (may have failed) */
+    uint64_t incarnation;       /* (lock) what its listener's HELLO said; 0: not known yet */
+    int rejoining;              /* (lock) pt_ctx_tcp_rejoin: take a new incarnation once */
+    /* reconnect (tcp_reconnect.c), guarded by rlock (taken after a connection's lock, never
+     * before it) */
+    pthread_mutex_t rlock;
+    pthread_cond_t rcond;       /* work for the reconnect thread, or stop */
+    pt_req_t *orphans;          /* requests of a dropped connection waiting for a new one */
+    double probe_until;         /* > 0: a connection dropped (or a served one from it): dial
+                                   it again until then to tell a drop from a death */
+    int rstop, rthread_on;
+    pthread_t rthread;
+    _Atomic uint64_t reconnects, restarts, retried, indoubt;
 } pt_tcp_peer_t;
+
+/* A connection that dropped (end of stream, reset, failed send) fails its requests with this
+ * internal status: the ones safe to repeat wait for a new connection (pt__tcp_orphan), the
+ * others complete with PT_ERR_INDOUBT. Never returned to a caller. */
+#define PT__TCP_DROPPED ((pt_status_t)1000)
 
 /* Who reads the socket. A synchronous call that finds nobody reading reads its own reply
  * (and any other that comes first) in its own thread: no hand-off, no wake-up. Otherwise the
@@ -48,7 +67,7 @@ void pt__tcp_kick_locked(pt_tcp_conn_t *c);
  * still moving its bytes (that thread publishes when it lets go). */
 void pt__tcp_finish_locked(pt_tcp_conn_t *c, pt_req_t *req, pt_status_t st);
 /* busy counts the threads moving a request's bytes (sender and receiver may both be). */
-void pt__tcp_unbusy_locked(pt_req_t *req);
+void pt__tcp_unbusy_locked(pt_tcp_conn_t *c, pt_req_t *req);
 /* The connection fails: every request in it completes with st; no new ones are taken. */
 void pt__tcp_fail_locked(pt_tcp_conn_t *c, pt_status_t st);
 void pt__tcp_conn_fail(pt_tcp_conn_t *c, pt_status_t st);
@@ -57,5 +76,35 @@ void pt__tcp_conn_fail(pt_tcp_conn_t *c, pt_status_t st);
 void *pt__tcp_receiver_main(void *arg);
 /* A synchronous call's wait when it took the reading (READ_WAITER). */
 pt_status_t pt__tcp_wait_reading(pt_tcp_conn_t *c, pt_req_t *r);
+
+/* ---- reconnect (tcp_reconnect.c) ---- */
+
+/* A request of connection c (lock held) completed with PT__TCP_DROPPED: 1 when it waits for
+ * the reconnect's outcome (it keeps the connection's reference), 0 when it must complete now
+ * (its status is then set: PT_ERR_TIMEOUT past its deadline, PT_ERR_CLOSED at the end). */
+int pt__tcp_orphan(pt_tcp_conn_t *c, pt_req_t *req);
+/* rank's connection dropped (ours, or one it made to us): dial it again until the timeout to
+ * tell a dropped connection (dialed again) from a dead peer (refused: marked lost). */
+void pt__tcp_probe(pt_ctx_t *ctx, int rank);
+/* Stop rank's reconnect thread; what waits for it fails with PT_ERR_CLOSED. */
+void pt__tcp_reconnect_stop(pt_tcp_peer_t *p);
+
+/* ---- tcp_dial.c ---- */
+
+/* A connected socket to p within `timeout` (blocking again once connected); *refused set when
+ * the peer's machine answered that nothing listens there. */
+pt_status_t pt__tcp_dial(pt_tcp_peer_t *p, double timeout, int *fd_out, int *refused);
+/* The client half of the handshake by `deadline`; *inc: the listener's incarnation. */
+pt_status_t pt__tcp_authenticate(pt_ctx_t *ctx, int fd, double deadline, uint64_t *inc);
+
+/* ---- tcp_client.c, for reconnect ---- */
+
+/* Dial rank now (dial timeout `timeout`) unless its current connection is live. *refused: the
+ * dial was refused (nothing listens there). *restarted: the new connection's incarnation
+ * differs from the one seen before. */
+pt_status_t pt__tcp_redial(pt_ctx_t *ctx, int rank, double timeout, int *refused,
+                           int *restarted);
+/* Put an orphan in flight again on rank's current connection (the receiver reads it). */
+pt_status_t pt__tcp_resubmit(pt_ctx_t *ctx, int rank, pt_req_t *r);
 
 #endif

@@ -18,7 +18,10 @@
  *       56    8 b        operand (int64)
  *
  * Connection set-up (before it, any other frame closes the connection as unauthenticated):
- *   server -> HELLO    a = protocol version (1), len = 32, payload: server nonce Ns
+ *   server -> HELLO    a = protocol version (1), b = the listener's incarnation (random, made
+ *                      with the listener; 0: not told): a client that meets a new one knows
+ *                      the server restarted and lost what it held; len = 32, payload: server
+ *                      nonce Ns
  *   client -> AUTH     a = client rank (-1: none), len = 64, payload: client nonce Nc (32) then
  *                      HMAC-SHA256(secret, "pooltensor-tcp-client" Ns Nc le64(a))
  *   server -> AUTH_OK  status 0, len = 32, payload: HMAC-SHA256(secret, "pooltensor-tcp-server"
@@ -194,6 +197,10 @@ int pt__tcp_recv_spin(int fd, void *buf, size_t len, double deadline, _Atomic in
 int pt__tcp_sendv(int fd, struct iovec *iov, int n, double deadline, _Atomic int *abort);
 /* Short send/receive timeouts on a connected socket, TCP_NODELAY, close-on-exec. */
 int pt__tcp_tune(int fd, double slice);
+
+/* A connection world rank `rank` made to our listener ended without a BYE: dropped, or the
+ * rank is gone; tcp_reconnect.c dials it to find out (a rank we cannot dial is marked lost). */
+void pt__tcp_peer_dropped(pt_ctx_t *ctx, int rank);
 
 /* Stop the listener and every served connection (tcp_server.c), at pt_ctx_destroy. */
 void pt__tcp_server_stop(pt_ctx_t *ctx);

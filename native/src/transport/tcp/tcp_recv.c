@@ -22,8 +22,10 @@ void pt__tcp_kick_locked(pt_tcp_conn_t *c)
 
 /* ---- completion ---- */
 
-static void publish(pt_req_t *req)
+static void publish(pt_tcp_conn_t *c, pt_req_t *req)
 {
+    if (req->status == PT__TCP_DROPPED && pt__tcp_orphan(c, req))
+        return; /* it goes again on a new connection (tcp_reconnect.c) */
     atomic_store_explicit(&req->done, 1, memory_order_release);
     if (!req->self_read) /* (its caller reads replies itself: it does not sleep on done) */
         pt_plat_wake(&req->done, 0);
@@ -47,24 +49,32 @@ void pt__tcp_finish_locked(pt_tcp_conn_t *c, pt_req_t *req, pt_status_t st)
             pthread_cond_broadcast(&c->slot_cond);
     }
     if (!req->busy)
-        publish(req);
+        publish(c, req);
 }
 
 /* busy counts the threads moving a request's bytes (sender and receiver may both be). */
-void pt__tcp_unbusy_locked(pt_req_t *req)
+void pt__tcp_unbusy_locked(pt_tcp_conn_t *c, pt_req_t *req)
 {
     if (--req->busy == 0 && req->finished)
-        publish(req);
+        publish(c, req);
 }
 
-/* The connection fails: every request in it completes with st; no new ones are taken. */
+/* The connection fails: every request in it completes with st; no new ones are taken. A
+ * connection that broke (st PT_ERR_PEER_LOST: end of stream, reset, failed send) while its
+ * peer is not known lost has dropped, which does not say the peer is gone: its requests fail
+ * with PT__TCP_DROPPED (those safe to repeat go again on a new connection) and the peer is
+ * dialed again (pt__tcp_probe), which tells a drop from a death. */
 void pt__tcp_fail_locked(pt_tcp_conn_t *c, pt_status_t st)
 {
+    if (st == PT_ERR_PEER_LOST && !atomic_load(&c->dead) &&
+        !atomic_load(&c->ctx->peers[c->rank].lost))
+        st = PT__TCP_DROPPED;
     if (!atomic_load(&c->dead)) {
         c->fail = st;
         atomic_store(&c->dead, 1);
         atomic_store(&c->abort, 1);
-        if (st != PT_ERR_PEER_LOST && pthread_mutex_trylock(&c->send_lock) == 0) {
+        if (st != PT_ERR_PEER_LOST && st != PT__TCP_DROPPED &&
+            pthread_mutex_trylock(&c->send_lock) == 0) {
             /* we give up on a live peer (timeout, close): say so between two frames, so
              * that it does not take this connection's end for our death */
             uint8_t hb[PT_TCP_HDR];
@@ -76,6 +86,8 @@ void pt__tcp_fail_locked(pt_tcp_conn_t *c, pt_status_t st)
         shutdown(c->fd, SHUT_RDWR);
         if (st == PT_ERR_PEER_LOST)
             pt__peer_mark_lost(c->ctx, c->rank);
+        else if (st == PT__TCP_DROPPED)
+            pt__tcp_probe(c->ctx, c->rank);
     }
     c->q_head = c->q_tail = NULL;
     for (int i = 0; i < PT_TCP_MAX_INFLIGHT; i++)
@@ -152,7 +164,7 @@ static int on_reply(pt_tcp_conn_t *c, const pt_tcp_hdr_t *h)
                                    (size_t)h->len, pt__now() + PT_TCP_IO_TIMEOUT, &c->abort);
         pthread_mutex_lock(&c->lock);
         int gone = r->finished; /* failed meanwhile: the connection is going */
-        pt__tcp_unbusy_locked(r);       /* (may free r when gone) */
+        pt__tcp_unbusy_locked(c, r);    /* (may free r when gone) */
         if (rc < 0 || gone) {
             pthread_mutex_unlock(&c->lock);
             return -1;

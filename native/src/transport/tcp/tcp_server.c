@@ -40,6 +40,7 @@ typedef struct pt_tcp_server {
     _Atomic int stopping;
     _Atomic uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
     _Atomic uint64_t refused;
+    uint64_t incarnation;       /* random, told in every HELLO: a restarted server differs */
 } pt_tcp_server_t;
 
 /* One served connection's state while its thread runs. */
@@ -301,7 +302,7 @@ static int handshake(serve_t *s)
     if (pt_plat_random(ns, sizeof(ns)) != PT_OK)
         return -1;
     pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_HELLO, .len = PT_TCP_NONCE,
-                      .a = PT_TCP_VERSION};
+                      .a = PT_TCP_VERSION, .b = (int64_t)srv->incarnation};
     if (send_frame(s, &h, ns, sizeof(ns)) < 0)
         return -1;
     size_t got = 0;
@@ -332,7 +333,7 @@ static int handshake(serve_t *s)
     pt_tcp_hdr_t r = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_AUTH_OK, .len = PT_TCP_MAC};
     if (send_frame(s, &r, mac, sizeof(mac)) < 0)
         return -1;
-    /* a world rank we also reach over tcp: its connection dropping means it is gone */
+    /* a world rank we also reach over tcp: its connection dropping is looked into */
     if (h.a >= 0 && h.a < s->ctx->size && h.a != s->ctx->rank && s->ctx->peers[h.a].tcp)
         s->rank = (int)h.a;
     return 0;
@@ -433,7 +434,7 @@ static void *serve_main(void *arg)
         }
     }
     if (!clean && s.rank >= 0)
-        pt__peer_mark_lost(s.ctx, s.rank);
+        pt__tcp_peer_dropped(s.ctx, s.rank); /* dropped or dead? (tcp_reconnect.c) */
 out:
     free(s.scratch);
     /* closed here, at once (not at the next accept): a peer still sending gets a reset
@@ -590,6 +591,8 @@ pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_o
     }
     srv->ctx = ctx;
     srv->lfd = lfd;
+    while (!srv->incarnation && pt_plat_random(&srv->incarnation, 8) == PT_OK) {
+    }
     pthread_mutex_init(&srv->lock, NULL);
     st = pt_plat_wakefd_open(&srv->wake);
     if (st != PT_OK)
