@@ -385,6 +385,8 @@ class World(LocalMemory):
         if self._closed or self._closing:
             return
         self._closing = True
+        for hook in list(CLOSING):
+            hook(self)
         if self._coll_exec is not None:
             self._coll_exec.shutdown(wait=True)
         self._closed = True
@@ -427,6 +429,9 @@ class _Team:
 
 _world = None
 _world_lock = threading.Lock()
+# callables(world) run first when a world closes: collectives.jax waits there for the jitted
+# programs still running collectives (jax.effects_barrier()) and lets go of the team
+CLOSING = []
 _failed = False
 _finalized = False     # finalize() ended the world: collectives refuse until init()
 
