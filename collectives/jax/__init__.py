@@ -86,9 +86,9 @@ def allreduce(x, op="sum", *, world=None):
         primitives.params(w, "allreduce", x.shape, dt, "avg")   # the avg dtype check
         if dt.itemsize == 2:
             # 16-bit floats: sum and divide in float32, round once (as the eager collective)
-            wide = primitives.bind(w, "allreduce", x.astype(jnp.float32), "sum")
-            return (wide / w.size).astype(x.dtype)
-        return primitives.bind(w, "allreduce", x, "avg") / w.size
+            wide = primitives.bind(w, "allreduce", x.astype(jnp.float32), "sum", divide=True)
+            return wide.astype(x.dtype)
+        return primitives.bind(w, "allreduce", x, "avg")
     return primitives.bind(w, "allreduce", x, rop.name.lower())
 
 
@@ -115,9 +115,9 @@ def reduce_scatter(x, op="sum", *, world=None):
         dt = np.dtype(x.dtype)
         primitives.params(w, "reduce_scatter", x.shape, dt, "avg")
         if dt.itemsize == 2:
-            wide = primitives.bind(w, "reduce_scatter", x.astype(jnp.float32), "sum")
-            return (wide / w.size).astype(x.dtype)
-        return primitives.bind(w, "reduce_scatter", x, "avg") / w.size
+            wide = primitives.bind(w, "reduce_scatter", x.astype(jnp.float32), "sum", divide=True)
+            return wide.astype(x.dtype)
+        return primitives.bind(w, "reduce_scatter", x, "avg")
     return primitives.bind(w, "reduce_scatter", x, rop.name.lower())
 
 

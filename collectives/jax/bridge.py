@@ -130,7 +130,7 @@ def _dtype(code):
 
 
 def _slow(path, kind, op, dt, root, algo, sig, in_addr, in_count, out_addr, out_count, shape,
-          status, who):
+          status, who, avg=0):
     """Called by the handler with the GIL: None when the call is done, else the error text."""
     name, w = NAMES[kind], None
     try:
@@ -142,6 +142,8 @@ def _slow(path, kind, op, dt, root, algo, sig, in_addr, in_count, out_addr, out_
             out = _view(out_addr, out_count, dtype, _out_shape(name, shape, w.size)) \
                 if name != "barrier" else None
             ops._call(w, name, _body, w, name, op, dt, root, algo, sig, x, out)
+            if avg:
+                np.divide(out, avg, out=out, casting="unsafe")
         else:
             calls.ctr[1] -= 1          # the handler numbered it: _call numbers it again
             if path == FAILED:

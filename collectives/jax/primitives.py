@@ -65,9 +65,11 @@ barrier_p.multiple_results = True
 
 # ---- parameters -------------------------------------------------------------------------
 
-def params(world, kind, shape, dtype, op=None, root=0):
+def params(world, kind, shape, dtype, op=None, root=0, divide=False):
     """The primitive's parameters for a call of `kind` on an array of shape and dtype: what the
-    eager collective computes per call (dtype code, native op, digests, algorithm)."""
+    eager collective computes per call (dtype code, native op, digests, algorithm). op 'avg'
+    (or divide=True: a float32 sum standing in for a 16-bit avg, as the eager collective
+    does it) divides the sum by the number of ranks in the handler."""
     dtype = np.dtype(dtype)
     arr = types.SimpleNamespace(shape=tuple(shape), dtype=dtype)
     rop = reduce_op(op) if op is not None else ReduceOp.SUM
@@ -87,9 +89,10 @@ def params(world, kind, shape, dtype, op=None, root=0):
     elif kind == "allgather":
         tsig = sig ^ algorithms.digest("shm")
     base = ReduceOp.SUM if rop is ReduceOp.AVG else rop
-    return dict(kind=kind, op=int(base), dtype=code, root=int(root), algo=algo,
+    avg = world.size if (rop is ReduceOp.AVG or divide) else 0
+    return dict(kind=kind, op=int(base), sigop=int(rop), dtype=code, root=int(root), algo=algo,
                 sig=_s64(sig), tsig=_s64(tsig), isroot=int(world.rank == root),
-                size=world.size, avg=rop is ReduceOp.AVG)
+                size=world.size, avg=avg)
 
 
 _DT = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
@@ -123,18 +126,14 @@ barrier_p.def_impl(lambda *a, **p: dispatch.apply_primitive(barrier_p, *a, **p))
 
 # ---- lowering ---------------------------------------------------------------------------
 
-def _attrs(kind, op, dtype, root, algo, sig, tsig, isroot):
-    return dict(kind=np.int64(CODES[kind]), op=np.int64(op), dtype=np.int64(dtype),
-                root=np.int64(root), algo=np.int64(algo), sig=np.int64(sig),
-                tsig=np.int64(tsig), isroot=np.int64(isroot))
-
-
-def _lower(ctx, *args, kind, op, dtype, root, algo, sig, tsig, isroot, size, avg):
+def _lower(ctx, *args, kind, op, sigop, dtype, root, algo, sig, tsig, isroot, size, avg):
     token = ctx.tokens_in.get(EFFECT)
     sub = dataclasses.replace(ctx, avals_in=[core.abstract_token, *ctx.avals_in],
                               avals_out=[core.abstract_token, *ctx.avals_out])
     rule = jax.ffi.ffi_lowering(TARGET, has_side_effect=True)
-    outs = rule(sub, token, *args, **_attrs(kind, op, dtype, root, algo, sig, tsig, isroot))
+    attrs = dict(kind=CODES[kind], op=op, dtype=dtype, root=root, algo=algo, sig=sig,
+                 tsig=tsig, isroot=isroot, avg=avg)
+    outs = rule(sub, token, *args, **{k: np.int64(v) for k, v in attrs.items()})
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({EFFECT: outs[0]})))
     return outs[1:]
 
@@ -145,9 +144,9 @@ mlir.register_lowering(barrier_p, _lower, platform="cpu")
 
 # ---- binding ----------------------------------------------------------------------------
 
-def bind(world, kind, x, op=None, root=0):
+def bind(world, kind, x, op=None, root=0, divide=False):
     """Bind the primitive for one call on x (any JAX value; a tracer inside jit)."""
-    p = params(world, kind, x.shape, x.dtype, op, root)
+    p = params(world, kind, x.shape, x.dtype, op, root, divide)
     return collective_p.bind(x, **p)
 
 
@@ -158,18 +157,19 @@ def bind_barrier(world):
 
 # ---- batching ---------------------------------------------------------------------------
 
-def _batch(args, dims, *, kind, op, root, size, avg, **_):
+def _batch(args, dims, *, kind, sigop, root, avg, **_):
     (x,), (d,) = args, dims
     from .bridge import current_world
     w = current_world()
-    opname = ReduceOp(op).name.lower() if kind in ("allreduce", "reduce_scatter") else None
+    opname = ReduceOp(sigop).name.lower() if kind in ("allreduce", "reduce_scatter") else None
+    divide = bool(avg)
     if kind in ("allreduce", "broadcast"):
-        return bind(w, kind, x, opname, root), d
+        return bind(w, kind, x, opname, root, divide), d
     if kind == "allgather":
         x = jnp.moveaxis(x, d, 0)
         return bind(w, kind, x), 1
     x = jnp.moveaxis(x, d, 1)              # reduce_scatter: (ranks, batch, ...)
-    return bind(w, kind, x, opname), 0
+    return bind(w, kind, x, opname, 0, divide), 0
 
 
 batching.primitive_batchers[collective_p] = _batch
@@ -204,7 +204,8 @@ def _transpose(ct, x, **p):
     if kind == "allgather":
         return [bind(w, "reduce_scatter", ct, "sum")]
     if kind == "reduce_scatter":
-        return [bind(w, "allgather", ct)]
+        y = bind(w, "allgather", ct)
+        return [y / w.size if p["avg"] else y]
     total = bind(w, "allreduce", ct, "sum")      # broadcast: the root's input reaches all
     return [total if p["isroot"] else jnp.zeros_like(total)]
 

@@ -34,6 +34,7 @@ enum { P_WHOLE = 0, P_END = 1, P_FAILED = 2 };
 
 typedef struct {
     int64_t kind, op, dtype, root, algo, isroot;
+    int64_t avg;            /* > 0: divide the reduction by this many ranks (op 'avg') */
     uint64_t sig, tsig;     /* the call's digest; the team's (sig mixed with the algorithm) */
 } attrs_t;
 
@@ -99,6 +100,8 @@ static int parse_attrs(const XLA_FFI_Attrs *at, attrs_t *out)
             out->algo = v;
         else if (span_is(name, "isroot"))
             out->isroot = v;
+        else if (span_is(name, "avg"))
+            out->avg = v;
         else if (span_is(name, "sig"))
             out->sig = (uint64_t)v;
         else if (span_is(name, "tsig"))
@@ -150,6 +153,23 @@ static pt_status_t run_team(const pt_team_api_t *api, pt_team_t *t, const attrs_
     }
 }
 
+/* op 'avg': the sum divided by the number of ranks, rounded as numpy rounds it (the eager
+ * collective divides with numpy; XLA's CPU division is not correctly rounded). 16-bit floats
+ * come here widened to float32. */
+static void divide(const attrs_t *a, XLA_FFI_Buffer *out)
+{
+    size_t n = elements(out);
+    if (a->dtype == PT_F32) {
+        float *p = out->data, d = (float)a->avg;
+        for (size_t i = 0; i < n; i++)
+            p[i] = p[i] / d;
+    } else if (a->dtype == PT_F64) {
+        double *p = out->data, d = (double)a->avg;
+        for (size_t i = 0; i < n; i++)
+            p[i] = p[i] / d;
+    }
+}
+
 /* The Python side: None when the call is done, else the error's text. */
 static XLA_FFI_Error *call_python(const XLA_FFI_Api *fapi, int path, const attrs_t *a,
                                   XLA_FFI_Buffer *in, XLA_FFI_Buffer *out, int status, int who)
@@ -169,13 +189,14 @@ static XLA_FFI_Error *call_python(const XLA_FFI_Api *fapi, int path, const attrs
     if (!slow)
         snprintf(msg, sizeof msg, "pooltensor collective: collectives.jax is not set up");
     else if (shape)
-        r = PyObject_CallFunction(slow, "iiiiiiKnnnnOii", path, (int)a->kind, (int)a->op,
+        r = PyObject_CallFunction(slow, "iiiiiiKnnnnOiii", path, (int)a->kind, (int)a->op,
                                   (int)a->dtype, (int)a->root, (int)a->algo,
                                   (unsigned long long)a->sig,
                                   (Py_ssize_t)(in ? (intptr_t)in->data : 0),
                                   (Py_ssize_t)(in ? elements(in) : 0),
                                   (Py_ssize_t)(out ? (intptr_t)out->data : 0),
-                                  (Py_ssize_t)(out ? elements(out) : 0), shape, status, who);
+                                  (Py_ssize_t)(out ? elements(out) : 0), shape, status, who,
+                                  (int)a->avg);
     if (!r && !msg[0]) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
@@ -238,6 +259,8 @@ static XLA_FFI_Error *pt_collective(XLA_FFI_CallFrame *cf)
     pt_status_t st = run_team(api, team, &a, in, out, timeout, &who);
     if (st != PT_OK)
         return call_python(cf->api, P_FAILED, &a, in, out, (int)st, who);
+    if (a.avg > 0)
+        divide(&a, out);
     if (atomic_load(&board[0]) != seen)       /* Calls.end: a peer may have given it up */
         return call_python(cf->api, P_END, &a, in, out, 0, -1);
     atomic_fetch_add(&S.fast_calls, 1);
