@@ -105,10 +105,11 @@ def _rebind(w):
 
 
 def _on_close(w):
-    if _state["world"] is w or _state["team"] is not None:
-        jax.effects_barrier()
-        _unbind()
-        _state["world"] = None
+    """A world closes (collectives.finalize(), World.close(), exit): first let every jitted
+    program still running collectives finish (they may need this world), then let go."""
+    jax.effects_barrier()
+    _unbind()
+    _state["world"] = None
 
 
 # ---- the Python side of a call ------------------------------------------------------------
