@@ -29,6 +29,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 	$(BIN)/python examples/servers_demo.py
 	$(BIN)/python -m collectives.launch -n $(RANKS) examples/windows_demo.py
+	$(BIN)/mpiexec -n 2 $(BIN)/python examples/jax_dp.py --steps 60
 
 test: $(STAMP)
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
