@@ -361,6 +361,8 @@ class World(LocalMemory):
                 self._coll_exec = concurrent.futures.ThreadPoolExecutor(
                     1, thread_name_prefix="collectives")
             self._coll_pending += 1
+        for hook in list(SUBMITTING):
+            hook(self)
         return self._coll_exec.submit(self._run_queued, fn, args, kw)
 
     def _run_queued(self, fn, args, kw):
@@ -432,6 +434,9 @@ _world_lock = threading.Lock()
 # callables(world) run first when a world closes: collectives.jax waits there for the jitted
 # programs still running collectives (jax.effects_barrier()) and lets go of the team
 CLOSING = []
+# callables(world) run when a collective is queued on the world's collective thread:
+# collectives.jax sends its calls through Python (and that queue) while any is queued
+SUBMITTING = []
 _failed = False
 _finalized = False     # finalize() ended the world: collectives refuse until init()
 

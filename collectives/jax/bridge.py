@@ -8,7 +8,8 @@ runs the team collective and checks the board. Everything else comes here, under
 - WHOLE: the call as the eager collective runs it (numbered, checked, given up on every rank
   on failure): the first call, before the world has a team; every call of a world whose
   collectives run over windows (tcp between machines, hierarchical, POOLTENSOR_ALGO); a call
-  made while a peer's record of a given-up call waits on the board.
+  made while a peer's record of a given-up call waits on the board; a call made while
+  collectives of *_async requests are queued (it runs after them, on their thread).
 - FAILED: the team call failed in the handler: the error the eager collective would raise
   (CollectiveMismatch, Timeout, PeerLost naming the rank), the call given up on every rank.
 - END: the call completed but a record arrived meanwhile: fail it if a peer gave it up.
@@ -62,6 +63,7 @@ def setup():
         jax.ffi.register_ffi_target(TARGET, _jaxffi.handler(), platform="cpu")
         ops.FENCE = jax.effects_barrier
         _worldmod.CLOSING.append(_on_close)
+        _worldmod.SUBMITTING.append(_unbind)
         _state["ready"] = True
 
 
@@ -93,7 +95,8 @@ def _rebind(w):
     when the world has no team spanning every rank or a peer's record is unread."""
     calls = w._calls
     team = w._teams.get("world") if w._direct else None
-    if team is None or team.native is None or calls.alert or calls.lost is not None:
+    if team is None or team.native is None or calls.alert or calls.lost is not None \
+            or w._coll_pending:
         _unbind()
         return
     if _state["world"] is not w:
@@ -142,7 +145,8 @@ def _slow(path, kind, op, dt, root, algo, sig, in_addr, in_count, out_addr, out_
             x = _view(in_addr, in_count, dtype, shape) if name != "barrier" else None
             out = _view(out_addr, out_count, dtype, _out_shape(name, shape, w.size)) \
                 if name != "barrier" else None
-            ops._call(w, name, _body, w, name, op, dt, root, algo, sig, x, out)
+            # behind the collectives queued by *_async calls, if any (their thread's order)
+            w._serial(ops._call, w, name, _body, w, name, op, dt, root, algo, sig, x, out)
             if avg:
                 np.divide(out, avg, out=out, casting="unsafe")
         else:

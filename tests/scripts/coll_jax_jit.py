@@ -9,7 +9,8 @@ One launch runs every case (compiling is the cost, so each dtype is one jitted p
   then the world is usable;
 - jax.grad through allreduce (sum, avg), allgather, reduce_scatter and broadcast against
   central differences of the loss summed over ranks; vmap against the unbatched calls;
-- jit of jit, donated arguments, barrier inside jit, the fast path taken.
+- jit of jit, donated arguments, barrier inside jit, *_async requests in flight around a
+  jitted call, the fast path taken.
 
 Prints "jax jit ok" on success.
 """
@@ -185,6 +186,15 @@ def with_barrier(x):
 
 
 same(with_barrier(jnp.ones(2, jnp.int32)), np.full((size, 2), size, np.int32), "barrier")
+# *_async requests in flight: a jitted call runs after them (through Python, on their thread)
+for i in range(5):
+    reqs = [collectives.allreduce_async(np.full(70000, rank + i, np.float32)) for _ in range(2)]
+    got = jax.jit(cj.allreduce)(jnp.full(3, float(i), jnp.float32))
+    for r in reqs:
+        same(r.wait(60), np.full(70000, sum(q + i for q in range(size)), np.float32), "async")
+    same(got, np.full(3, float(i * size), np.float32), "jit after async")
+same(jax.jit(cj.allreduce)(jnp.ones(3, jnp.float32)), np.full(3, size, np.float32), "rebound")
+
 st = cj.stats()
 if w._direct:
     assert st["bound"] and st["fast"] > 0, st
