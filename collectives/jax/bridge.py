@@ -40,7 +40,7 @@ _ERR_NAMES = {getattr(_native, n): n for n in dir(_native) if n.startswith("ERR_
 WHOLE, END, FAILED = 0, 1, 2
 
 _lock = threading.Lock()
-_state = {"ready": False, "team": None, "world": None, "error": None}
+_state = {"ready": False, "team": None, "world": None, "error": None, "closing": None}
 
 
 def available():
@@ -110,9 +110,13 @@ def _rebind(w):
 def _on_close(w):
     """A world closes (collectives.finalize(), World.close(), exit): first let every jitted
     program still running collectives finish (they may need this world), then let go."""
-    jax.effects_barrier()
-    _unbind()
-    _state["world"] = None
+    _state["closing"] = w              # the programs still running call into it meanwhile
+    try:
+        jax.effects_barrier()
+    finally:
+        _state["closing"] = None
+        _unbind()
+        _state["world"] = None
 
 
 # ---- the Python side of a call ------------------------------------------------------------
@@ -168,7 +172,7 @@ def _slow(path, kind, op, dt, root, algo, sig, in_addr, in_count, out_addr, out_
 
 
 def _world_now():
-    w = _worldmod.current()
+    w = _worldmod.current() or _state.get("closing")
     if w is None:
         raise Finalized("jitted collective after collectives.finalize(); collectives.init() "
                         "starts a new world")
