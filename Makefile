@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 MPI     ?= mpich
 RANKS   ?= 2
 SOURCES := $(wildcard native/include/*.h native/src/*.[ch] native/src/*/*.[ch] \
-                      native/src/*/*/*.[ch] native/binding/*.[ch]) \
+                      native/src/*/*/*.[ch] native/binding/*.[ch] native/binding/*/*.[ch]) \
            setup.py pyproject.toml
 
 .PHONY: demo test test-posix bench install clean
