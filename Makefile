@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 MPI     ?= mpich
 RANKS   ?= 2
 SOURCES := $(wildcard native/include/*.h native/src/*.[ch] native/src/*/*.[ch] \
-                      native/src/*/*/*.[ch] native/binding/*.[ch]) \
+                      native/src/*/*/*.[ch] native/binding/*.[ch] native/binding/*/*.[ch]) \
            setup.py pyproject.toml
 
 .PHONY: demo test test-posix bench install clean
@@ -31,6 +31,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/servers_demo.py
 	$(BIN)/python examples/dask_demo.py
 	$(BIN)/python -m collectives.launch -n $(RANKS) examples/windows_demo.py
+	$(BIN)/mpiexec -n 2 $(BIN)/python examples/jax_dp.py --steps 60
 
 test: $(STAMP)
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -75,14 +76,20 @@ test-arm64: $(STAMP)
 TORCH   ?= torch==2.13.0+cpu
 BENCH_STAMP := $(VENV)/.bench-installed
 
+# mpi4jax for bench/jax.py: PyPI has only its source, built with the venv's mpicc; its setup
+# builds a CUDA bridge wherever it finds an nvcc, so the build runs with a PATH without one.
 $(BENCH_STAMP): $(STAMP)
 	@if $(BIN)/pip install -q "$(TORCH)"; then touch $@; else \
 	    echo "make bench: $(TORCH) could not be installed: bench/collectives.py runs without gloo"; fi
+	@env PATH=$(abspath $(BIN)):/usr/bin:/bin MPI4JAX_BUILD_MPICC=$(abspath $(BIN))/mpicc \
+	    $(BIN)/pip install -q mpi4jax || \
+	    echo "make bench: mpi4jax could not be built: bench/jax.py runs without it"
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m collectives.launch -n 2 bench/stats.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/rma.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/collectives.py
+	$(BIN)/mpiexec -n 2 $(BIN)/python bench/jax.py
 	$(BIN)/python bench/pool.py
 	$(BIN)/python bench/ops.py
 	$(BIN)/mpiexec -n 2 $(BIN)/python bench/ops.py

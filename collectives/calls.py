@@ -119,7 +119,9 @@ class Calls:
     def begin(self, kind, timeout=None):
         """A call of `kind` (KINDS) starts: number it, publish it, and fail it at once if a
         peer gave it up already."""
-        self.n += 1
+        # word 1 is the number of this rank's latest call; the FFI handler of collectives.jax
+        # numbers the calls it runs there without Python, so count on from it
+        self.n = (self.ctr[1] & _LOW) + 1
         self.kind, self.t = kind, timeout
         self.ctr[1] = self.base | self.n
         if self.ctr[0] != self.seen or self.alert:

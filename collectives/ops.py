@@ -23,7 +23,15 @@ _KIND = {"allreduce": 1, "allgather": 2, "reduce_scatter": 3, "broadcast": 4}
 BARRIER_SIG = 0xBA771E5C0FFEE      # the digest of a barrier run as a zero-byte allreduce
 
 
+# A callable run before every eager collective, or None: collectives.jax sets it to
+# jax.effects_barrier, so that a call made here never overtakes a jitted program still running
+# its collectives on the same team (JAX dispatches asynchronously).
+FENCE = None
+
+
 def _world(world):
+    if FENCE is not None:
+        FENCE()
     if world is not None:
         if world._closed:
             raise Finalized("collective on a finalized world (collectives.finalize() or "

@@ -434,6 +434,8 @@ class World(counters.Counted, LocalMemory):
                 self._coll_exec = concurrent.futures.ThreadPoolExecutor(
                     1, thread_name_prefix="collectives")
             self._coll_pending += 1
+        for hook in list(SUBMITTING):
+            hook(self)
         return self._coll_exec.submit(self._run_queued, fn, args, kw)
 
     def _run_queued(self, fn, args, kw):
@@ -463,6 +465,8 @@ class World(counters.Counted, LocalMemory):
         if self._closed or self._closing:
             return
         self._closing = True
+        for hook in list(CLOSING):
+            hook(self)
         if self._coll_exec is not None:
             self._coll_exec.shutdown(wait=True)
         if self._watch_stop is not None:      # (it reads the native context: stop it first)
@@ -513,6 +517,12 @@ class _Team:
 
 _world = None
 _world_lock = threading.Lock()
+# callables(world) run first when a world closes: collectives.jax waits there for the jitted
+# programs still running collectives (jax.effects_barrier()) and lets go of the team
+CLOSING = []
+# callables(world) run when a collective is queued on the world's collective thread:
+# collectives.jax sends its calls through Python (and that queue) while any is queued
+SUBMITTING = []
 _failed = False
 _finalized = False     # finalize() ended the world: collectives refuse until init()
 

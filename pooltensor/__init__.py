@@ -112,9 +112,27 @@ def lost():
     return current().lost()
 
 
+# -- JAX (pooltensor/jax.py; jax is imported on first use, not with pooltensor) ----------------
+def _to_jax(self, sharding=None):
+    """This array as a jax.Array whose shards are zero-copy views of its slabs where possible;
+    a later write to this array shows through it (see pooltensor.jax)."""
+    from . import jax as _jax
+    return _jax.to_jax(self, sharding)
+
+
+ndarray.to_jax = _to_jax
+
+
+def from_jax(a, *, placement=None, access=None):
+    """A new pool array holding a copy of the jax.Array a (pooltensor.asarray does the same)."""
+    from . import jax as _jax
+    return _jax.from_jax(a, placement=placement, access=access)
+
+
 __all__ = ["init", "finalize", "sync", "current", "stats", "lost", "from_dask", "Pool", "ndarray",
-           "from_numpy", "random", "PoolOutOfMemory", "PoolClosed", "MaterializeTooLarge", "FallbackWarning",
-           "PerformanceWarning", "__array_api_version__", "__array_namespace_info__", "POOL"]
+           "from_numpy", "from_jax", "random", "PoolOutOfMemory", "PoolClosed",
+           "MaterializeTooLarge", "FallbackWarning", "PerformanceWarning", "__array_api_version__",
+           "__array_namespace_info__", "POOL"]
 __all__ += _ns.DTYPES + _ns.CONSTANTS + _ns.ELEMENTWISE + _ns.DTYPE_FUNCTIONS + _CREATION
 __all__ += _OPS
 

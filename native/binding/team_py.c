@@ -1,6 +1,7 @@
 /* The Team binding: same-host collectives (native/src/team/team.c), GIL released around each
  * call. */
 #include "binding.h"
+#include "team_api.h"
 
 /* ---------------- Team ---------------- */
 
@@ -220,7 +221,16 @@ static PyObject *Team_broadcast(TeamObject *self, PyObject *args)
     return pt_py_none_or_raise(st, who);
 }
 
+/* The engine's pt_team_t as an integer, for the FFI handler of collectives.jax, which holds
+ * this object (and so the team) for as long as it uses the address. */
+static PyObject *Team_handle(TeamObject *self, PyObject *unused)
+{
+    TEAM(self);
+    return PyLong_FromVoidPtr(self->team);
+}
+
 static PyMethodDef Team_methods[] = {
+    {"handle", (PyCFunction)Team_handle, METH_NOARGS, "handle(): the native team's address"},
     {"barrier", (PyCFunction)Team_barrier, METH_VARARGS, "barrier(timeout)"},
     {"allreduce", (PyCFunction)Team_allreduce, METH_VARARGS,
      "allreduce(op, dtype, in, out, count, algo, sig, timeout)"},
@@ -257,8 +267,23 @@ static PyMethodDef team_functions[] = {
      "stage_bytes(slot_bytes, nslots): staging each team member registers."},
     {NULL}};
 
+static const pt_team_api_t team_api = {
+    .version = PT_TEAM_API_VERSION,
+    .barrier = pt_team_barrier,
+    .allreduce = pt_team_allreduce,
+    .allgather = pt_team_allgather,
+    .reduce_scatter = pt_team_reduce_scatter,
+    .broadcast = pt_team_broadcast,
+    .dtype_size = pt_dtype_size,
+};
+
 int pt_py_add_team(PyObject *m)
 {
+    PyObject *api = PyCapsule_New((void *)&team_api, "collectives._native.team_api", NULL);
+    int bad = !api || PyModule_AddObjectRef(m, "team_api", api) < 0;
+    Py_XDECREF(api);
+    if (bad)
+        return -1;
     if (PyType_Ready(&TeamType) < 0 ||
         PyModule_AddObjectRef(m, "Team", (PyObject *)&TeamType) < 0)
         return -1;
