@@ -3,7 +3,8 @@
 
 The pool is the one device (``pooltensor.POOL``, see api_info.py); ``device=None`` or the pool
 is accepted, anything else is a ValueError. Every function here also takes ``placement=`` and
-``access=`` as pooltensor's own creation functions do.
+``access=`` and ``replicas=`` (copies of every slab of a read-only array: pool/replicas.py)
+as pooltensor's own creation functions do.
 
 Distributed: eye writes its diagonal as a strided view, tril/triu are blockwise through the
 executor with the row and column numbers as small numpy operands (each home computes its own
@@ -42,7 +43,8 @@ def _scalar_dtype(v):
     return np.asarray(v).dtype
 
 
-def asarray(obj, /, dtype=None, *, device=None, copy=None, placement=None, access=None):
+def asarray(obj, /, dtype=None, *, device=None, copy=None, placement=None, access=None,
+            replicas=None):
     """`obj` as a pool array (the Array API's asarray).
 
     A pool array comes back as itself when dtype, placement and access allow and copy is not
@@ -55,13 +57,14 @@ def asarray(obj, /, dtype=None, *, device=None, copy=None, placement=None, acces
         dtype = np.dtype(dtype)
     if isinstance(obj, ndarray):
         same = (dtype is None or dtype == obj.dtype) and placement is None and \
-            (access is None or access == obj.access)
+            (access is None or access == obj.access) and replicas is None
         if same and copy is not True:
             return obj
         if copy is False:
             raise ValueError("asarray(copy=False): a new pool array would be needed (another "
                              "dtype, placement or access)")
-        if placement is None and (access is None or access == obj.access):
+        if placement is None and (access is None or access == obj.access) and \
+                replicas is None:
             return ufuncs.astype(obj, obj.dtype if dtype is None else dtype, copy=True)
         obj = obj.to_numpy()
     if copy is False:
@@ -77,53 +80,63 @@ def asarray(obj, /, dtype=None, *, device=None, copy=None, placement=None, acces
             not isinstance(obj, (np.ndarray, np.generic)):
         arr = arr.astype(np.int64)
     creation._check_dtype(arr.dtype)
-    return creation.from_numpy(arr, placement=placement, access=access or "readwrite")
+    return creation.from_numpy(arr, placement=placement, access=access or "readwrite",
+                               replicas=replicas)
 
 
-def empty(shape, dtype=None, *, device=None, placement=None, access="readwrite"):
+def empty(shape, dtype=None, *, device=None, placement=None, access="readwrite",
+          replicas=None):
     """A new pool array of `shape`, its elements not initialized (dtype default float64)."""
     check_device(device)
-    return creation.empty(shape, _default(dtype), placement=placement, access=access)
+    return creation.empty(shape, _default(dtype), placement=placement, access=access,
+                         replicas=replicas)
 
 
-def zeros(shape, dtype=None, *, device=None, placement=None, access="readwrite"):
+def zeros(shape, dtype=None, *, device=None, placement=None, access="readwrite",
+          replicas=None):
     """A new pool array of zeros (dtype default float64)."""
     check_device(device)
-    return creation.zeros(shape, _default(dtype), placement=placement, access=access)
+    return creation.zeros(shape, _default(dtype), placement=placement, access=access,
+                         replicas=replicas)
 
 
-def ones(shape, dtype=None, *, device=None, placement=None, access="readwrite"):
+def ones(shape, dtype=None, *, device=None, placement=None, access="readwrite",
+         replicas=None):
     """A new pool array of ones (dtype default float64)."""
     check_device(device)
-    return creation.ones(shape, _default(dtype), placement=placement, access=access)
+    return creation.ones(shape, _default(dtype), placement=placement, access=access,
+                        replicas=replicas)
 
 
-def full(shape, fill_value, dtype=None, *, device=None, placement=None, access="readwrite"):
+def full(shape, fill_value, dtype=None, *, device=None, placement=None, access="readwrite",
+         replicas=None):
     """A new pool array filled with fill_value (dtype from it: bool, int64, float64 or
     complex128 for Python scalars)."""
     check_device(device)
     if isinstance(fill_value, ndarray):
         fill_value = fill_value.item()
     dtype = _scalar_dtype(fill_value) if dtype is None else dtype
-    return creation.full(shape, fill_value, dtype, placement=placement, access=access)
+    return creation.full(shape, fill_value, dtype, placement=placement, access=access,
+                         replicas=replicas)
 
 
 def arange(start, /, stop=None, step=1, dtype=None, *, device=None, placement=None,
-           access="readwrite"):
+           access="readwrite", replicas=None):
     """Evenly spaced values in [start, stop) (int64 for integers, float64 otherwise)."""
     check_device(device)
-    return creation.arange(start, stop, step, dtype, placement=placement, access=access)
+    return creation.arange(start, stop, step, dtype, placement=placement, access=access,
+                           replicas=replicas)
 
 
 def linspace(start, stop, /, num=50, endpoint=True, dtype=None, *, device=None,
-             placement=None, access="readwrite"):
+             placement=None, access="readwrite", replicas=None):
     """num evenly spaced values from start to stop (float64, complex128 for complex ends)."""
     check_device(device)
     if dtype is None:
         dtype = np.complex128 if any(isinstance(v, complex) for v in (start, stop)) \
             else np.float64
     return creation.linspace(start, stop, num, endpoint, dtype, placement=placement,
-                             access=access)
+                             access=access, replicas=replicas)
 
 
 def empty_like(x, /, *, dtype=None, device=None):
