@@ -68,6 +68,9 @@ def rejoin(pool, rank):
         pool.cache.discard_keys([(h, rank, s) for h in ("rw", "ro") for s in slots])
         pool.chans.pop(rank, None)
         world.rejoin(rank)
+        keeper = getattr(pool, "keeper", None)
+        if keeper is not None:          # its arrays are lost there (replicas: read elsewhere)
+            keeper.rejoined(rank, msg)
         log.warning("pooltensor: %s (%d slab(s) lost)", msg, len(slots))
         return len(slots)
 

@@ -48,7 +48,7 @@ import weakref
 
 import numpy as np
 
-from collectives.errors import PeerLost
+from collectives.errors import PeerLost, PeerRestarted
 
 POLL = 0.05              # seconds between the keeper's looks at the world's lost peers
 BATCH = 64 << 20         # bytes restored per round of the keeper's thread
@@ -98,6 +98,7 @@ class Keeper:
         self.pool = pool
         self.machines = machines(pool.world, cfg)
         self.gone = {}                             # lost member -> time it was seen lost
+        self.restarted = {}                        # rejoined server -> what its loss says
         self.allocs = weakref.WeakKeyDictionary()  # live shared Allocation -> (what, k)
         self.restored = self.restored_bytes = 0
         self.error = None                          # the restore's last failure, if any
@@ -253,6 +254,10 @@ class Keeper:
         pool = self.pool
         if r is None or r == pool.me or not 0 <= r < pool.size:
             return False
+        if isinstance(err, PeerRestarted):
+            # a rejoined server's old slot (a read that began before rejoined() repointed
+            # it): read again, from the new place or with the loss's own error
+            return r in self.restarted and r not in self.gone
         self.notice([r])
         self.apply()
         return True
@@ -264,11 +269,25 @@ class Keeper:
         desc = ""
         if what is not None and what[1] is not None:
             desc = f", the {what[0]} of shape {tuple(what[1])} and dtype {what[2]}"
+        if r in self.restarted:
+            return PeerRestarted(
+                f"{self.restarted[r]}: slab {k} of allocation {alloc.id}{desc} was there",
+                rank=r, host=self.pool.world.hosts[r])
         return PeerLost(
             f"slab {k} of allocation {alloc.id}{desc} lived on member {r}, which was lost, "
             f"and no other copy of it is left (pool.lost() lists what was lost; "
             f"access='readonly', replicas=2 keeps a copy on another member)",
             rank=r, host=self.pool.world.hosts[r])
+
+    def rejoined(self, rank, msg):
+        """Memory server `rank` restarted and was rejoined (pool/rejoin.py): every slab it held
+        is lost as in a loss (copies elsewhere are read instead; slabs without one raise
+        PeerRestarted saying `msg`), then it is a member again and new slabs may go there."""
+        self.notice([rank])
+        self.apply()
+        with self.pool._lock:
+            self.gone.pop(rank, None)
+            self.restarted[rank] = msg
 
     # -- reporting --------------------------------------------------------------------------
     def lost(self):
