@@ -650,7 +650,7 @@ def test_stalled_server_times_out_requests_in_flight():
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_windows_over_tcp(launcher, n):
-    p = check_ranks(launcher, n, "tcp_window.py", env=TCP, timeout=150)
+    p = check_ranks(launcher, n, "remote_window.py", "tcp", env=TCP, timeout=150)
     assert p.stdout.count("tcp window ok") == n
 
 
@@ -691,10 +691,10 @@ def test_secret_file_and_listen_address(tmp_path):
     path.write_bytes(b"a secret every rank reads from one file\n")
     path.chmod(0o600)
     env = {**TCP, "POOLTENSOR_SECRET_FILE": str(path), "POOLTENSOR_LISTEN": "127.0.0.1"}
-    p = check_ranks("launch", 2, "tcp_window.py", env=env, timeout=150)
+    p = check_ranks("launch", 2, "remote_window.py", "tcp", env=env, timeout=150)
     assert p.stdout.count("tcp window ok") == 2
     path.chmod(0o644)
     p = subprocess.run([sys.executable, "-m", "collectives.launch", "-n", "2",
-                        str(SCRIPTS / "tcp_window.py")], capture_output=True, text=True,
+                        str(SCRIPTS / "remote_window.py"), "tcp"], capture_output=True, text=True,
                        timeout=60, env={**os.environ, **env})
     assert p.returncode != 0 and "POOLTENSOR_SECRET_FILE" in p.stdout + p.stderr

@@ -229,7 +229,7 @@ def test_choice_per_peer():
 def test_forced_verbs_without_it_fails_clearly(lib, text):
     if lib is None:
         pytest.skip("Debian's libibverbs1 is not installed here")
-    p = run_ranks("launch", 2, "verbs_window.py", "rc",
+    p = run_ranks("launch", 2, "remote_window.py", "rc",
                   env={"POOLTENSOR_TRANSPORT": "verbs", "POOLTENSOR_VERBS_LIB": lib,
                        "POOLTENSOR_TIMEOUT": "20"}, timeout=60)
     assert p.returncode != 0
@@ -242,7 +242,7 @@ def test_forced_verbs_without_it_fails_clearly(lib, text):
 @pytest.mark.parametrize("profile,n", [("rc", 2), ("rc", 3), ("apple", 2), ("apple", 4)])
 def test_windows_over_verbs(fake_lib, tmp_path, profile, n):
     env = verbs_env(fake_lib, profile, tmp_path)
-    p = check_ranks("launch", n, "verbs_window.py", PROFILES[profile], env=env, timeout=150)
+    p = check_ranks("launch", n, "remote_window.py", PROFILES[profile], env=env, timeout=150)
     assert p.stdout.count("verbs window ok") == n
     p = check_ranks("launch", n, "windows_random.py", "120", env=env)
     assert p.stdout.count("windows ok") == n
@@ -254,7 +254,7 @@ def test_verbs_atomics_where_the_device_has_coherent_ones(fake_lib, tmp_path):
     """atomic_cap GLOB: fetch_add / compare_swap as RDMA atomics (the provider counts them);
     with HCA (the default above) they are served at the target."""
     env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_ATOMICS="glob")
-    p = check_ranks("launch", 3, "verbs_window.py", "rc", env=env, timeout=150)
+    p = check_ranks("launch", 3, "remote_window.py", "rc", env=env, timeout=150)
     assert p.stdout.count("verbs window ok") == 3
 
 
@@ -266,14 +266,14 @@ def test_infiniband_routes_by_lid(fake_lib, tmp_path):
     assert info["ports"][0]["link"] == 1 and info["chosen"]["gid"] == 0
     assert info["summary"]["fabric"] == "ib:fe80:0000:0000:0000"
     env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_LINK="ib")
-    p = check_ranks("launch", 2, "verbs_window.py", "rc", env=env, timeout=150)
+    p = check_ranks("launch", 2, "remote_window.py", "rc", env=env, timeout=150)
     assert p.stdout.count("verbs window ok") == 2
 
 
 def test_uc_messages_alternate_over_two_rails(fake_lib, tmp_path):
     """Two Thunderbolt cables: messages go over the rail with fewer in flight."""
     env = verbs_env(fake_lib, "apple", tmp_path, POOLTENSOR_FAKEVERBS_PORTS="2")
-    p = check_ranks("launch", 3, "verbs_window.py", "uc-send", env=env, timeout=150)
+    p = check_ranks("launch", 3, "remote_window.py", "uc-send", env=env, timeout=150)
     assert p.stdout.count("verbs window ok") == 3
     import re
     on_second = [int(x) for x in re.findall(r"rails=2 striped=(\d+)", p.stdout)]
@@ -283,13 +283,13 @@ def test_uc_messages_alternate_over_two_rails(fake_lib, tmp_path):
 def test_two_rails_stripe_large_transfers(fake_lib, tmp_path):
     """Two active ports (two cables): large transfers go half over each rail."""
     env = verbs_env(fake_lib, "rc", tmp_path, POOLTENSOR_FAKEVERBS_PORTS="2")
-    p = check_ranks("launch", 2, "verbs_window.py", "rc", env=env, timeout=150)
+    p = check_ranks("launch", 2, "remote_window.py", "rc", env=env, timeout=150)
     assert p.stdout.count("verbs window ok") == 2
     import re
     striped = [int(x) for x in re.findall(r"rails=2 striped=(\d+)", p.stdout)]
     assert len(striped) == 2 and all(x > 0 for x in striped), p.stdout
     env["POOLTENSOR_VERBS_RAILS"] = "1"
-    p = check_ranks("launch", 2, "verbs_window.py", "rc", env=env, timeout=150)
+    p = check_ranks("launch", 2, "remote_window.py", "rc", env=env, timeout=150)
     assert p.stdout.count("rails=1 striped=0") == 2, p.stdout
 
 

@@ -1,8 +1,9 @@
-"""Windows over verbs on real ranks, against the simulated provider (run with
-POOLTENSOR_TRANSPORT=verbs, POOLTENSOR_VERBS_LIB=tests/fakeverbs' library and a profile): every
-size from 0 to 8 MiB both ways, unaligned offsets, many requests in flight, atomics,
-notify/wait, put_notify, put_indexed, and what describe() says. It checks our verbs logic,
-not hardware. argv[1]: the profile describe() must show (rc or uc-send)."""
+"""Windows to peers in other processes over tcp or verbs, on real ranks: every size both ways,
+unaligned offsets, many requests in flight, atomics, notify/wait, put_notify, put_indexed, and
+what describe() says. argv[1]: `tcp` (run with POOLTENSOR_TRANSPORT=tcp: sizes up to 64 MiB,
+and the listen address) or a verbs profile, `rc` or `uc-send` (run with
+POOLTENSOR_TRANSPORT=verbs, POOLTENSOR_VERBS_LIB=tests/fakeverbs' library: sizes up to 8 MiB;
+against the simulated provider it checks our verbs logic, not hardware)."""
 import ctypes
 import os
 import sys
@@ -15,10 +16,14 @@ world = collectives.init()
 rank, size = world.rank, world.size
 right, left = (rank + 1) % size, (rank - 1) % size
 d = world.describe()
-assert all(t == "verbs" for r, t in enumerate(d["transports"]) if r != rank), d
-assert d["verbs"] and d["verbs"].startswith(sys.argv[1] + " on "), d
+KIND = "tcp" if sys.argv[1] == "tcp" else "verbs"
+assert all(t == KIND for r, t in enumerate(d["transports"]) if r != rank), d
+if KIND == "tcp":
+    assert d["listen"] and d["listen"].rsplit(":", 1)[1].isdigit(), d
+else:
+    assert d["verbs"] and d["verbs"].startswith(sys.argv[1] + " on "), d
 
-BIG = 8 << 20
+BIG = (64 if KIND == "tcp" else 8) << 20
 win = world.expose(BIG + 4096)
 mine = win.buffer
 mine[:] = (np.arange(mine.size) + 7 * rank) % 253
@@ -39,7 +44,7 @@ for n in (0, 1, 7, 4095, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5, BIG):
 # many requests in flight at once (more than one connection keeps in flight)
 rng = np.random.default_rng(rank)
 reqs = []
-for i in range(200):
+for i in range(600 if KIND == "tcp" else 200):
     n = int(rng.integers(0, 3 * CHUNK)) if i % 50 == 0 else int(rng.integers(0, 300))
     off = int(rng.integers(0, BIG - n))
     out = np.empty(n, np.uint8)
@@ -52,12 +57,12 @@ world.barrier()
 # puts into the left neighbour's window, 64 MiB included, then read back by the owner
 data = (np.arange(BIG) * 3 + rank).astype(np.uint8)
 win.put(left, 0, data)
-small = np.frombuffer(b"vrb" * 100, np.uint8)
+small = np.frombuffer(KIND.encode()[:3] * 100, np.uint8)
 req = win.put_async(left, BIG, small)
 req.wait(30)
 world.barrier()
 assert np.array_equal(mine[:BIG], (np.arange(BIG) * 3 + right).astype(np.uint8))
-assert bytes(mine[BIG:BIG + 300]) == b"vrb" * 100
+assert bytes(mine[BIG:BIG + 300]) == KIND.encode()[:3] * 100
 
 # atomics and notify/wait on a counter window: every rank adds to every other rank
 ctr = world.expose(64)
@@ -93,10 +98,13 @@ world.barrier()
 got = mine[64:64 + 8000].view(np.int64)
 assert np.array_equal(got, np.arange(1000, dtype=np.int64) * (left + 1))
 
-assert win.attach(right, 0, 16) is None, "attach over verbs must not map anything"
+assert win.attach(right, 0, 16) is None, f"attach over {KIND} must not map anything"
 world.barrier()
 ctr.close()
 win.close()
+if KIND == "tcp":
+    print(f"rank {rank}: tcp window ok", flush=True)
+    sys.exit(0)
 fake = ctypes.CDLL(os.environ["POOLTENSOR_VERBS_LIB"])
 fake.fakeverbs_write_imm.restype = ctypes.c_ulonglong
 if sys.argv[1] == "rc":   # notify and put_notify's counter went as WRITE_WITH_IMM
