@@ -170,6 +170,11 @@ void pt__shm_premap(pt_ctx_t *ctx, int rank);
  * *seg is the segment slot (or -1: *where is an address) and *where the offset in it. */
 pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
                            int write, int *seg, uint64_t *where);
+/* What a target serves: [off, off+len) of this process's own registration `key` as a pointer,
+ * after the same checks (the caller holds serve_lock for reading). in_seg (may be NULL): whether
+ * it lies in one of our segments (else in user memory). Outputs set only on success. */
+pt_status_t pt__reg_local(pt_ctx_t *ctx, uint64_t key, uint64_t off, size_t len, int write,
+                          uint8_t **ptr, int *in_seg);
 
 /* The 32-bit half of an int64 counter that changes first on small increments: the word its
  * waiters sleep on (pt_plat_wait), woken by whoever moves it (notify, over any transport). */

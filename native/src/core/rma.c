@@ -30,6 +30,29 @@ pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, si
     return PT_OK;
 }
 
+pt_status_t pt__reg_local(pt_ctx_t *ctx, uint64_t key, uint64_t off, size_t len, int write,
+                          uint8_t **ptr, int *in_seg)
+{
+    int seg;
+    uint64_t where;
+    pt_status_t st = pt__reg_lookup(ctx->ctrl, key, off, len, write, &seg, &where);
+    if (st != PT_OK)
+        return st;
+    if (seg < 0) {
+        if (in_seg)
+            *in_seg = 0;
+        *ptr = (uint8_t *)(uintptr_t)where;
+        return PT_OK;
+    }
+    pt_segment_t *sg = ctx->segs[seg];
+    if (!sg)
+        return PT_ERR_KEY;
+    if (in_seg)
+        *in_seg = 1;
+    *ptr = (uint8_t *)pt_segment_base(sg) + where;
+    return PT_OK;
+}
+
 /* Each entry point is counted (core/stats.c) under the transport that carried it: timed around
  * the call through the ops table, so every transport is covered by the same few lines. */
 #define COUNTED(op, bytes, call)                                                            \

@@ -112,28 +112,6 @@ static int discard(serve_t *s, uint64_t len)
     return 0;
 }
 
-/* [off, off+len) of a local registration as a pointer (caller holds serve_lock for reading).
- * *in_seg: whether it lies in one of our segments. */
-static pt_status_t local(pt_ctx_t *ctx, uint64_t key, uint64_t off, size_t len, int write,
-                         uint8_t **ptr, int *in_seg)
-{
-    int seg;
-    uint64_t where;
-    pt_status_t st = pt__reg_lookup(ctx->ctrl, key, off, len, write, &seg, &where);
-    if (st != PT_OK)
-        return st;
-    *in_seg = seg >= 0;
-    if (seg < 0) {
-        *ptr = (uint8_t *)(uintptr_t)where;
-        return PT_OK;
-    }
-    pt_segment_t *sg = ctx->segs[seg];
-    if (!sg)
-        return PT_ERR_KEY;
-    *ptr = (uint8_t *)pt_segment_base(sg) + where;
-    return PT_OK;
-}
-
 /* Serve one request whose header is in h. Returns -1 when the connection must close. */
 static int serve_get(serve_t *s, const pt_tcp_hdr_t *h)
 {
@@ -141,7 +119,7 @@ static int serve_get(serve_t *s, const pt_tcp_hdr_t *h)
     uint8_t *p = NULL;
     pthread_rwlock_rdlock(&ctx->serve_lock);
     int in_seg;
-    pt_status_t st = local(ctx, h->key, h->off, (size_t)h->len, 0, &p, &in_seg);
+    pt_status_t st = pt__reg_local(ctx, h->key, h->off, (size_t)h->len, 0, &p, &in_seg);
     pt_tcp_hdr_t r = *h;       /* the bytes asked for, or the status and no payload */
     r.op = (uint16_t)(h->op | PT_TCP_REPLY);
     r.status = (uint32_t)st;
@@ -158,7 +136,7 @@ static int serve_put(serve_t *s, const pt_tcp_hdr_t *h)
     uint8_t *p = NULL;
     pthread_rwlock_rdlock(&ctx->serve_lock);
     int in_seg;
-    pt_status_t st = local(ctx, h->key, h->off, (size_t)h->len, 1, &p, &in_seg);
+    pt_status_t st = pt__reg_local(ctx, h->key, h->off, (size_t)h->len, 1, &p, &in_seg);
     int rc = st == PT_OK ? recv_payload(s, p, (size_t)h->len) : discard(s, h->len);
     pthread_rwlock_unlock(&ctx->serve_lock);
     if (rc < 0)
@@ -172,7 +150,7 @@ static int serve_put(serve_t *s, const pt_tcp_hdr_t *h)
 static pt_status_t counter(pt_ctx_t *ctx, uint64_t key, uint64_t off, uint8_t **ptr)
 {
     int in_seg = 0;
-    pt_status_t st = local(ctx, key, off, 8, 1, ptr, &in_seg);
+    pt_status_t st = pt__reg_local(ctx, key, off, 8, 1, ptr, &in_seg);
     if (st == PT_OK && ((uintptr_t)*ptr & 7))
         st = PT_ERR_ALIGN;
     return st;
@@ -198,7 +176,7 @@ static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
     int64_t old = 0;
     pthread_rwlock_rdlock(&ctx->serve_lock);
     int in_seg;
-    pt_status_t st = local(ctx, h->key, h->off, (size_t)n, 1, &p, &in_seg);
+    pt_status_t st = pt__reg_local(ctx, h->key, h->off, (size_t)n, 1, &p, &in_seg);
     if (st == PT_OK)
         st = counter(ctx, (uint64_t)h->a, (uint64_t)h->b, &ctr);
     int rc = st == PT_OK ? recv_payload(s, p, (size_t)n) : discard(s, n);
@@ -254,7 +232,7 @@ static int serve_put_indexed(serve_t *s, const pt_tcp_hdr_t *h)
     pthread_rwlock_rdlock(&ctx->serve_lock);
     uint8_t *base = NULL;
     int in_seg;
-    pt_status_t st = local(ctx, h->key, h->off, (size_t)span, 1, &base, &in_seg);
+    pt_status_t st = pt__reg_local(ctx, h->key, h->off, (size_t)span, 1, &base, &in_seg);
     for (size_t i = 0; st == PT_OK && i < n; i++) {
         uint64_t o = pt__le_get(offs + 8 * i, 8);
         if (o < h->off || o - h->off > span - isz)

@@ -14,33 +14,13 @@
 
 /* ---- the target ---- */
 
-/* Our own memory under key at [off, off+len) (serve_lock held for reading). */
-static pt_status_t local(pt_ctx_t *ctx, uint64_t key, uint64_t off, size_t len, int write,
-                         uint8_t **ptr)
-{
-    int seg;
-    uint64_t where;
-    pt_status_t st = pt__reg_lookup(ctx->ctrl, key, off, len, write, &seg, &where);
-    if (st != PT_OK)
-        return st;
-    if (seg < 0) {
-        *ptr = (uint8_t *)(uintptr_t)where;
-        return PT_OK;
-    }
-    pt_segment_t *sg = ctx->segs[seg];
-    if (!sg)
-        return PT_ERR_KEY;
-    *ptr = (uint8_t *)pt_segment_base(sg) + where;
-    return PT_OK;
-}
-
 /* rc: the memory region of registration key (made at the first resolve, dropped with it). */
 static pt_status_t region(pt_ctx_t *ctx, uint64_t key, vb_hdr_t *r)
 {
     pt_verbs_t *v = ctx->verbs;
     uint64_t slot = key & 0xffff;
     uint8_t *base;
-    pt_status_t st = local(ctx, key, 0, 0, 0, &base);
+    pt_status_t st = pt__reg_local(ctx, key, 0, 0, 0, &base, NULL);
     if (st != PT_OK)
         return st;
     const pt_ctrl_reg_t *reg = &ctx->ctrl->regs[slot];
@@ -99,7 +79,7 @@ void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, int rail, const vb_hdr_t *h,
     switch (h->op) {
     case VB_RESOLVE: /* a: write wanted; b: 1 = check [off, off+len) only, no region;
                         2 = check it as an atomic's target (aligned too) */
-        st = local(ctx, h->key, h->off, (size_t)h->len, (int)h->a, &ptr);
+        st = pt__reg_local(ctx, h->key, h->off, (size_t)h->len, (int)h->a, &ptr, NULL);
         if (st == PT_OK && h->b == 2 && ((uintptr_t)ptr & 7))
             st = PT_ERR_ALIGN;
         if (st == PT_OK && !h->b)
@@ -111,21 +91,21 @@ void pt__verbs_serve(pt_ctx_t *ctx, vb_peer_t *p, int rail, const vb_hdr_t *h,
             st = PT_ERR_INVALID;
             break;
         }
-        st = local(ctx, h->key, h->off, (size_t)h->len, 0, &ptr);
+        st = pt__reg_local(ctx, h->key, h->off, (size_t)h->len, 0, &ptr, NULL);
         if (st == PT_OK) {
             memcpy(out, ptr, (size_t)h->len);
             olen = (size_t)h->len;
         }
         break;
     case VB_PUT:
-        st = local(ctx, h->key, h->off, (size_t)h->len, 1, &ptr);
+        st = pt__reg_local(ctx, h->key, h->off, (size_t)h->len, 1, &ptr, NULL);
         if (st == PT_OK)
             memcpy(ptr, payload, (size_t)h->len);
         break;
     case VB_FADD:
     case VB_CSWAP:
     case VB_NOTIFY:
-        st = local(ctx, h->key, h->off, 8, 1, &ptr);
+        st = pt__reg_local(ctx, h->key, h->off, 8, 1, &ptr, NULL);
         if (st == PT_OK && ((uintptr_t)ptr & 7))
             st = PT_ERR_ALIGN;
         if (st != PT_OK)
