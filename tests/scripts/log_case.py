@@ -9,6 +9,20 @@ import numpy as np
 import collectives
 from collectives.errors import Timeout
 
+
+
+def stopped(pid, seconds=5.0):
+    """Wait until pid is really stopped (SIGSTOP is delivered asynchronously: a server thread
+    scheduled at that moment could still answer one more request)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.005)
+    raise SystemExit(f"rank 1 (pid {pid}) did not stop")
+
+
 w = collectives.init()
 win = w.expose(4096)
 w.barrier()
@@ -17,6 +31,7 @@ if w.rank == 0:
     win.get(1, 0, out)
     w._ctx.set_timeout(1.0)
     os.kill(w.pids[1], signal.SIGSTOP)
+    stopped(w.pids[1])
     try:
         win.get(1, 0, out)
         raise SystemExit("the get to a stopped rank did not time out")
