@@ -80,11 +80,16 @@ def loop(fn, duration, over=None):
         run(i, fn)
         i += 1
         if over is not None:
+            from collectives.errors import PooltensorError
+            t0 = time.monotonic()
             try:
                 if over(up):
                     break
-            except Exception:
-                pass                        # every rank fails it alike: asked again
+            except PooltensorError as e:    # every rank fails it alike: asked again, but
+                counts["err"] += 1          # counted as an operation (a partition may land here)
+                msg = str(e).replace("\n", " ")[:300]
+                print(f"op {i} err {type(e).__name__} {time.monotonic() - t0:.3f} "
+                      f"(agreeing to stop) {msg}", flush=True)
         time.sleep(0.02)
     deadline = time.monotonic() + FINAL
     while time.monotonic() < deadline:
