@@ -84,6 +84,13 @@ extern const pt_transport_ops_t pt_transport_verbs;
  * (core/transport.c). */
 extern const pt_transport_ops_t *const pt_transports[];
 
+/* For a transport without asynchronous gets and puts of its own: the request is queued for
+ * the context's progress threads, which make the transport's synchronous get or put. */
+pt_status_t pt_transport_queued_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                          void *dst, size_t len, pt_req_t **out);
+pt_status_t pt_transport_queued_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                          const void *src, size_t len, pt_req_t **out);
+
 /* For a transport without map: PT_ERR_UNSUPPORTED. */
 pt_status_t pt_transport_unsupported_map(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                          size_t len, int flags, void **ptr);

@@ -180,19 +180,6 @@ static pt_status_t shm_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, 
     return shm_rw(ctx, rank, key, off, (void *)(uintptr_t)src, len, 1);
 }
 
-/* Asynchronous: queued for the context's progress threads, which do the get or put above. */
-static pt_status_t shm_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst,
-                                 size_t len, pt_req_t **out)
-{
-    return pt__progress_submit(ctx, 0, rank, key, off, dst, len, out);
-}
-
-static pt_status_t shm_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                                 const void *src, size_t len, pt_req_t **out)
-{
-    return pt__progress_submit(ctx, 1, rank, key, off, (void *)(uintptr_t)src, len, out);
-}
-
 /* The int64 an atomic or a notify changes: a pointer into a segment, or into our own memory;
  * NULL when it is a peer's memory outside its segments, which the target serves (the caller
  * sends the whole operation there, where it is checked again, alignment included). */
@@ -382,8 +369,8 @@ const pt_transport_ops_t pt_transport_shm = {
             PT_CAP_PUT_NOTIFY | PT_CAP_PUT_INDEXED | PT_CAP_MAP,
     .get = shm_get,
     .put = shm_put,
-    .get_async = shm_get_async,
-    .put_async = shm_put_async,
+    .get_async = pt_transport_queued_get_async,
+    .put_async = pt_transport_queued_put_async,
     .fetch_add = shm_fetch_add,
     .compare_swap = shm_compare_swap,
     .notify = shm_notify,

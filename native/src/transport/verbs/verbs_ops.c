@@ -298,18 +298,6 @@ static pt_status_t vb_put(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, c
     return msg_transfer(ctx, p, key, off, b, len, 1);
 }
 
-static pt_status_t vb_get_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, void *dst,
-                                size_t len, pt_req_t **out)
-{
-    return pt__progress_submit(ctx, 0, rank, key, off, dst, len, out);
-}
-
-static pt_status_t vb_put_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                                const void *src, size_t len, pt_req_t **out)
-{
-    return pt__progress_submit(ctx, 1, rank, key, off, (void *)(uintptr_t)src, len, out);
-}
-
 /* An atomic or a notify: a verbs atomic where the device's are coherent with the CPU's,
  * else a message served at the target. */
 static pt_status_t atomic_op(pt_ctx_t *ctx, vb_peer_t *p, int op, uint64_t key, uint64_t off,
@@ -441,8 +429,8 @@ const pt_transport_ops_t pt_transport_verbs = {
             PT_CAP_NOTIFY | PT_CAP_PUT_NOTIFY | PT_CAP_PUT_INDEXED,
     .get = vb_get,
     .put = vb_put,
-    .get_async = vb_get_async,
-    .put_async = vb_put_async,
+    .get_async = pt_transport_queued_get_async,
+    .put_async = pt_transport_queued_put_async,
     .fetch_add = vb_fetch_add,
     .compare_swap = vb_compare_swap,
     .notify = vb_notify,
