@@ -166,8 +166,12 @@ class Calls:
             e.args = (f"{self.name()}: {e.args[0]}",) + e.args[1:]
             err = e
         elif m is not None and (getattr(e, "_pair", None) is not None
-                                or not isinstance(e, (Timeout, PeerLost))):
-            err = self._heard(m)      # failed because a peer gave the call up
+                                or not isinstance(e, (Timeout, PeerLost))
+                                or (isinstance(e, PeerLost) and e.rank == m[0])):
+            # failed because a peer gave the call up; also when the rank found gone is the one
+            # that gave it up: it did so for a cause of its own (named in its record) and then
+            # left, so its record names the rank at fault, not its own leaving
+            err = self._heard(m)
         else:
             err = self._give_up(e, told=m is not None)
         from .log import logger

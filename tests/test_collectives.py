@@ -43,9 +43,10 @@ def test_skipped_collective_times_out_naming_the_rank(launcher, n, kind):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_killed_rank_gives_peer_lost(n):
+def test_killed_rank_gives_peer_lost(n, tmp_path):
     """Ranks started from POOLTENSOR_* variables: no launcher stops the survivors early."""
-    codes, outs = run_env_ranks(n, "coll_peer_lost.py", env={"POOLTENSOR_TIMEOUT": "30"})
+    codes, outs = run_env_ranks(n, "coll_peer_lost.py",
+                                env={"POOLTENSOR_TIMEOUT": "30", "MEET_DIR": str(tmp_path)})
     assert codes[-1] == -signal.SIGKILL, outs[-1]
     for r in range(n - 1):
         assert codes[r] == 0, f"rank {r}:\n{outs[r]}"

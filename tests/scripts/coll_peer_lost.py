@@ -28,4 +28,12 @@ for kind, call in (("allreduce", lambda: collectives.allreduce(np.ones(300_000, 
     took = time.monotonic() - t0
     assert took < world.timeout / 2, f"{kind}: PeerLost only after {took:.1f} s"
     print(f"rank {world.rank}: {kind} PeerLost after {took:.2f} s", flush=True)
-os._exit(0)  # the world is broken; skip the closing barrier
+# The world is broken: no closing barrier. The survivors still wait for each other (through
+# files) before leaving, so that no survivor sees another one leave while it is in a call: that
+# one would be gone too, and named so.
+meet = os.environ["MEET_DIR"]
+open(os.path.join(meet, str(world.rank)), "w").close()
+deadline = time.monotonic() + 20
+while len(os.listdir(meet)) < world.size - 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
+os._exit(0)
