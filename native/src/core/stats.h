@@ -109,13 +109,13 @@ struct pt_stats {
     struct pt__stat_link *links;          /* [size] */
 };
 
-/* This thread's id: its thread pointer where the compiler reads it inline (it is what
- * pthread_self returns on glibc, without the call), else pthread_self. Reused only once its
- * thread is gone. */
+/* This thread's id: on Linux its thread pointer, read inline (what pthread_self returns on
+ * glibc, without the call; unique per live thread there, not on every system: macOS keeps
+ * it elsewhere), else pthread_self. Reused only once its thread is gone. */
 static inline uintptr_t pt__stats_thread(void)
 {
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_thread_pointer) && (defined(__x86_64__) || defined(__aarch64__))
+#if defined(__has_builtin) && defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+#if __has_builtin(__builtin_thread_pointer)
     return (uintptr_t)__builtin_thread_pointer();
 #define PT__STATS_THREAD_DONE
 #endif
