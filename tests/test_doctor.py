@@ -215,3 +215,30 @@ def test_a_running_jobs_ports_and_transports(transport):
     listeners = [t for t in ports if re.match(r"member \d: tcp port 127.0.0.1:\d+ answers", t)]
     assert len(listeners) == (2 if transport == "tcp" else 0), ports
     assert set(ports.values()) == {"pass"}
+
+
+def test_a_lost_member_fails_with_its_fix():
+    """A plain script's member SIGKILLed: its link is lost, and the doctor, reading the
+    script's endpoint, fails that pair and says what to do."""
+    import signal
+    import time
+
+    import pooltensor as pt
+    pt.finalize()
+    pool = pt.init(members=2, slab_size=4096, memory=8 << 20, metrics="127.0.0.1:0",
+                   timeout=20)
+    try:
+        port = pool.metrics_exporter.port
+        os.kill(pool._procs[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if pool.world.stats()["peers"][1]["state"] == "lost":
+                break
+            time.sleep(0.05)
+        code, report = doctor("--endpoint", f"127.0.0.1:{port}")
+        [f] = of(report, "transports")
+        assert code == 1 and f["level"] == "fail", report
+        assert f["text"] == "member 0 -> peer 1: lost (was shm)"
+        assert "peer 1 is gone" in f["fix"] and "pool.lost()" in f["fix"]
+    finally:
+        pt.finalize()
