@@ -70,52 +70,49 @@ def test_huge_pages_states(tmp_path, monkeypatch, text, level):
 
 # ---- the secret file ----------------------------------------------------------------------
 
-def secret_findings(path, env=None):
-    code, report = doctor(env={"POOLTENSOR_SECRET_FILE": str(path), **(env or {})})
-    return code, of(report, "secret file")
+def secret_findings(monkeypatch, path):
+    """The secret file check in this process, $POOLTENSOR_SECRET_FILE set to path."""
+    monkeypatch.setenv("POOLTENSOR_SECRET_FILE", str(path))
+    return [dict(zip(("level", "text", "fix"), tuple(f) + (None,)))
+            for f in checks.check_secret_file({})]
 
 
-def test_a_private_secret_file_passes(tmp_path):
+def test_a_private_secret_file_passes(tmp_path, monkeypatch):
     path = make_secret(tmp_path)
-    code, [f] = secret_findings(path)
+    [f] = secret_findings(monkeypatch, path)
     assert f["level"] == "pass" and "mode 0600" in f["text"] and "48 bytes" in f["text"]
 
 
 def test_a_world_readable_secret_file_fails_and_its_fix_fixes_it(tmp_path):
     path = make_secret(tmp_path)
     os.chmod(path, 0o644)
-    code, [f] = secret_findings(path)
-    assert code == 1 and f["level"] == "fail"
+    code, report = doctor(env={"POOLTENSOR_SECRET_FILE": path})
+    [f] = of(report, "secret file")
+    assert code == 1 and report["status"] == "fail" and f["level"] == "fail"
     assert "mode 0644" in f["text"] and "other users can read it" in f["text"]
     assert f["fix"] == f"chmod 600 {path}"
     subprocess.run(f["fix"], shell=True, check=True)
-    code, [f] = secret_findings(path)
+    code, report = doctor(env={"POOLTENSOR_SECRET_FILE": path})
+    [f] = of(report, "secret file")
     assert f["level"] == "pass"
 
 
-def test_missing_short_and_exposed_secret_files(tmp_path):
-    missing = tmp_path / "nothing-here"
-    code, [f] = secret_findings(missing)
-    assert code == 1 and f["level"] == "fail" and "does not exist" in f["text"]
-    assert "token_hex" in f["fix"]
-    short = make_secret(tmp_path, "short", "tooshort\n")
-    code, [f] = secret_findings(short)
-    assert code == 1 and f["level"] == "fail" and "at least 16" in f["text"]
+def test_missing_short_and_exposed_secret_files(tmp_path, monkeypatch):
+    [f] = secret_findings(monkeypatch, tmp_path / "nothing-here")
+    assert f["level"] == "fail" and "does not exist" in f["text"] and "token_hex" in f["fix"]
+    [f] = secret_findings(monkeypatch, make_secret(tmp_path, "short", "tooshort\n"))
+    assert f["level"] == "fail" and "at least 16" in f["text"]
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    path = make_secret(shared)
-    code, found = secret_findings(path)
+    found = secret_findings(monkeypatch, make_secret(shared))
     assert [f["level"] for f in found] == ["pass", "warn"]
     assert "other users can replace the file" in found[1]["text"]
     assert found[1]["fix"] == f"chmod go-w {shared}"
     # the default path, not made yet: nothing is wrong
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
-    p = subprocess.run([sys.executable, "-m", "pooltensor", "doctor", "--json"],
-                       env={k: v for k, v in server_env(env).items()
-                            if k != "POOLTENSOR_SECRET_FILE"},
-                       capture_output=True, text=True, timeout=60)
-    [f] = of(json.loads(p.stdout), "secret file")
+    monkeypatch.delenv("POOLTENSOR_SECRET_FILE")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    [f] = [dict(zip(("level", "text"), f)) for f in checks.check_secret_file({})]
     assert f["level"] == "info" and "not there yet" in f["text"]
 
 
