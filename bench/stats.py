@@ -13,7 +13,9 @@ order rotates, so machine load hits on and off alike; the ratio on/off is what t
 A cold pass (the first calls after the window is made, counters on: the first count of a
 (peer, operation) allocates its histogram) is reported apart. Last, with nothing around the
 counting: bench/stats_native.c, built here with cc against native/'s sources, times pt_get of
-8 bytes from its own segment in C (the shortest path there is; skipped without a compiler).
+8 bytes from its own segment in C (the shortest path there is; skipped without a compiler),
+as the counters run by default (1 quick operation in 16 timed) and with every operation
+timed (POOLTENSOR_STATS_SAMPLE=1: what two clock reads per operation cost).
 Writes DIR/stats[-quick].json, .txt and .png.
 """
 import argparse
@@ -73,8 +75,9 @@ def measure(a, win, ctx, key):
     return common.summarize_ns(sorted(cold)), lat
 
 
-def native_cost(quick):
-    """(off ns, on ns) of bench/stats_native.c, or None without a C compiler."""
+def build_native():
+    """bench/stats_native.c built against native/'s sources: its path, or None without a C
+    compiler."""
     root = os.path.dirname(HERE)
     profile = "linux" if sys.platform.startswith("linux") else "posix"
     srcs = [p for p in sorted(glob.glob(os.path.join(root, "native/src/**/*.c"), recursive=True))
@@ -91,8 +94,18 @@ def native_cost(quick):
                        check=True, timeout=300, capture_output=True)
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
         return None
+    return exe
+
+
+def native_cost(exe, quick, sample=None):
+    """(off ns, on ns) of the built bench/stats_native.c; sample: the POOLTENSOR_STATS_SAMPLE
+    it runs with (None: the default)."""
+    env = dict(os.environ)
+    env.pop("POOLTENSOR_STATS_SAMPLE", None)
+    if sample:
+        env["POOLTENSOR_STATS_SAMPLE"] = str(sample)
     out = subprocess.run([exe, "200000" if quick else "1000000", "20"], capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=600, env=env)
     off, on = map(float, out.stdout.split())
     return off, on
 
@@ -122,13 +135,20 @@ def main():
                 rows.append([f"{path} {state}", r["p50"], r["p99"], r["loop_mean"]])
             rows.append([f"{path} on/off", ratios[path]["p50"], ratios[path]["p99"],
                          ratios[path]["loop_mean"]])
-        native = native_cost(a.quick)
+        exe = build_native()
+        native = native_cost(exe, a.quick) if exe else None
+        every = native_cost(exe, a.quick, sample=1) if exe else None
         if native is not None:
             rows.append(["C pt_get (own segment) on", native[1], "", ""])
             rows.append(["C pt_get (own segment) off", native[0], "", ""])
             rows.append(["C pt_get on/off", native[1] / native[0], "", ""])
             ratios["C pt_get"] = {"best_batch": native[1] / native[0],
                                   "added_ns": native[1] - native[0]}
+        if every is not None:
+            rows.append(["C pt_get on, every op timed", every[1], "", ""])
+            rows.append(["C pt_get every op timed/off", every[1] / every[0], "", ""])
+            ratios["C pt_get every op timed"] = {"best_batch": every[1] / every[0],
+                                                 "added_ns": every[1] - every[0]}
         text = ("8-byte get, rank 0 -> rank 1 (shared memory), counters on and off\n" +
                 common.format_table(["", "P50 ns", "P99 ns", "loop mean ns"], rows) +
                 f"\n\ncold (first 100 calls, counters on): P50 {cold['p50']:.0f} ns, "

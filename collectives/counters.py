@@ -14,7 +14,7 @@ from . import _native
 
 QUANTILES = (0.5, 0.9, 0.99)
 # a (transport, op) cell's summary: what each field means is in README.md ("Stats")
-_FIELDS = ("ops", "bytes", "errors", "timeouts", "count", "sum_ns")
+_FIELDS = ("ops", "bytes", "errors", "timeouts", "timed", "count", "sum_ns")
 
 
 def merge(cells):

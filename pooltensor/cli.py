@@ -2,7 +2,8 @@
 
     pooltensor serve --memory 8GiB [--listen 127.0.0.1:7000] [--secret-file F]
                      [--data-port P] [--allow-code] [--metrics HOST:PORT]
-    pooltensor doctor [--listen HOST:PORT | --peer HOST:PORT [--quick]]
+    pooltensor doctor [--json] [--endpoint HOST:PORT ...] [--server HOST:PORT ...]
+    pooltensor doctor --listen HOST:PORT | --peer HOST:PORT [--quick]
     pooltensor info [--json]
     pooltensor stats HOST:PORT [--json] [--watch [--interval S] [--count N]] [--plot PATH]
     pooltensor bench [NAME ...] [--quick] [--out DIR] [--list] [--json]
@@ -48,14 +49,26 @@ def _parser():
     for command in (info, stats, bench):
         command.add_parser(sub)
     d = sub.add_parser(
-        "doctor", help="what this machine offers pooltensor (RDMA devices, ports, GIDs), and "
-                       "what to do about what is wrong",
-        description="Check this machine: the verbs library, RDMA devices, ports and their "
-                    "state, GIDs and their types, MTU, device caps, the profile verbs would "
-                    "use, and a plain message for each known failure (no RDMA in the kernel, "
-                    "RDMA not enabled on macOS, no IPv4 address on a Thunderbolt port, "
-                    "Thunderbolt Bridge still present, port down). Exit status 1 when a "
-                    "device is present but unusable.")
+        "doctor", help="check this machine and what it reaches (huge pages, secret file, "
+                       "ports, transports per peer, RDMA), with the fix for each failure",
+        description="Check this machine, a line each ([pass], [info], [warn], [fail]; the fix "
+                    "under each warn and fail): shared-memory huge pages, the secret file and "
+                    "its mode, the ports of the jobs and servers named with --endpoint and "
+                    "--server, the transport each peer pair of a running job uses, then "
+                    "verbs: the library, RDMA devices, ports and their state, GIDs and their "
+                    "types, MTU, device caps and the profile verbs would use. Exit status 1 "
+                    "when a check fails.")
+    d.add_argument("--json", action="store_true", help="print one JSON object: status and the "
+                   "findings (check, level, text, fix)")
+    d.add_argument("--endpoint", action="append", default=[], metavar="HOST:PORT",
+                   help="a running job's or server's metrics endpoint: reach it and the ports "
+                        "its member listens on, and show the transport to each peer (repeat "
+                        "for every rank: rank r of SPMD serves on PORT + its local rank)")
+    d.add_argument("--server", action="append", default=[], metavar="HOST:PORT",
+                   help="a memory server's control port: reach it, and its data port when "
+                        "this machine holds the secret (repeatable)")
+    d.add_argument("--timeout", type=float, default=3.0, metavar="S",
+                   help="seconds to wait for each connection (default 3)")
     d.add_argument("--listen", metavar="HOST:PORT",
                    help="pair self-test, passive end: wait at HOST:PORT for `pooltensor doctor "
                         "--peer HOST:PORT` on another machine")
@@ -82,7 +95,11 @@ def main(argv=None):
         if args.listen or args.peer:
             return pair("listen" if args.listen else "peer", args.listen or args.peer,
                         args.quick)
-        return run()
+        if not args.timeout > 0:
+            p.error(f"doctor: --timeout must be a positive number of seconds, not "
+                    f"{args.timeout:g}")
+        return run(opts={"endpoints": args.endpoint, "servers": args.server,
+                         "timeout": args.timeout}, as_json=args.json)
     if args.command == "serve":
         from .pool.serve import parse_bytes, serve
         try:

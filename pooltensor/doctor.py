@@ -1,24 +1,31 @@
 """``pooltensor doctor``: what this machine offers pooltensor, and what is wrong with it, in
 plain words.
 
-A check is a function returning a list of findings, each (level, text) with level "ok",
-"info", "warn" or "fail"; ``CHECKS`` lists them in the order they print, and ``register()``
-adds one (other parts of pooltensor plug theirs in the same way). The verbs check reports
-the library, devices, ports and their state, GIDs with their types, MTU, device caps
-(atomics, max QPs and MRs), the profile that would be used, and for each known failure what
-to do about it.
+A check is a function of one argument, the options of the run (a dict: ``endpoints`` and
+``servers`` to reach, ``timeout``), returning a list of findings, each (level, text) or
+(level, text, fix) with level "pass" (or "ok"), "info", "warn" or "fail"; a warn or fail
+says what to do in its fix. ``CHECKS`` lists them in the order they print, and
+``register()`` adds one (other parts of pooltensor plug theirs in the same way). The general
+checks (huge pages, the secret file, ports, transports per peer) are in
+pooltensor/commands/checks.py; the verbs check here reports the library, devices, ports and
+their state, GIDs with their types, MTU, device caps (atomics, max QPs and MRs), the profile
+that would be used, and for each known failure what to do about it.
 """
+import json
 import os
 import platform
 import shutil
 import subprocess
 
-CHECKS = []
-LEVELS = ("ok", "info", "warn", "fail")
+from .commands import checks as _general
+
+CHECKS = list(_general.GENERAL)
+LEVELS = ("pass", "info", "warn", "fail")
 
 
 def register(check):
-    """Add a check (a function returning [(level, text), ...]) to the doctor's list."""
+    """Add a check (a function of the run's options returning [(level, text[, fix]), ...]) to
+    the doctor's list."""
     CHECKS.append(check)
     return check
 
@@ -60,7 +67,7 @@ def _explain(error):
 
 
 @register
-def check_verbs():
+def check_verbs(opts=None):
     """The verbs library, its devices, ports, GIDs, caps, and the profile that would be used."""
     from collectives.transport import verbs
     out = []
@@ -117,16 +124,49 @@ def check_verbs():
     return out
 
 
-def run(stream=None, checks=None):
-    """Run every check (or `checks`), print its findings; returns 0, or 1 when one failed."""
+def findings(checks=None, opts=None):
+    """Every check's findings as dicts: check (its name), level, text, fix (None for a pass
+    or an info)."""
+    out = []
+    for check in checks or CHECKS:
+        name = getattr(check, "title", check.__name__.replace("check_", "").replace("_", " "))
+        try:
+            got = check(opts or {})
+        except Exception as e:          # a check that breaks is a finding, not a crash
+            got = [("fail", f"the check itself failed: {type(e).__name__}: {e}",
+                    "report this with the output of `pooltensor info --json`")]
+        for f in got:
+            level, text, fix = (tuple(f) + (None,))[:3]
+            level = "pass" if level == "ok" else level
+            if (level == "info" and text.lstrip().startswith("-> ") and out
+                    and out[-1]["check"] == name and out[-1]["level"] in ("warn", "fail")):
+                # an older check's advice on a line of its own: the fix of what it follows
+                extra = text.lstrip()[3:]
+                out[-1]["fix"] = f"{out[-1]['fix']}; {extra}" if out[-1]["fix"] else extra
+                continue
+            out.append({"check": name, "level": level, "text": text, "fix": fix})
+    return out
+
+
+def run(stream=None, checks=None, opts=None, as_json=False):
+    """Run every check (or `checks`) and print its findings, a line each ([pass], [warn],
+    [fail], [info]) with the fix under a warn or fail; or one JSON object (as_json). Returns
+    0, or 1 when one failed."""
     import sys
     stream = stream or sys.stdout
-    worst = 0
-    for check in checks or CHECKS:
-        for level, text in check():
-            worst = max(worst, LEVELS.index(level))
-            stream.write(f"[{level:>4}] {text}\n")
-    return 1 if worst == LEVELS.index("fail") else 0
+    found = findings(checks, opts)
+    worst = max((LEVELS.index(f["level"]) for f in found), default=0)
+    status = 1 if worst == LEVELS.index("fail") else 0
+    if as_json:
+        json.dump({"status": LEVELS[worst] if found else "pass", "findings": found}, stream,
+                  indent=1)
+        stream.write("\n")
+        return status
+    for f in found:
+        stream.write(f"[{f['level']:>4}] {f['text']}\n")
+        if f["fix"]:
+            stream.write(f"       fix: {f['fix']}\n")
+    return status
 
 
 def pair(role, address, quick=False, stream=None):

@@ -78,3 +78,30 @@ def test_world_stats_counts_collectives():
     assert any(e["op"] == "get" and e["peer"] == w.rank for e in ents)
     assert len(links) == w.size
     win.close()
+
+
+def test_sections_other_parts_add(pool):
+    """report.add_section: how partitions (built elsewhere) put their usage into stats()."""
+    from pooltensor.pool import report
+    seen = []
+
+    def parts(p):
+        import threading       # read under the pool's lock: another thread cannot take it
+        t = threading.Thread(target=lambda: seen.append(not p._lock.acquire(blocking=False)))
+        t.start()
+        t.join()
+        return {"all": {"members": list(range(p.size))}}
+    report.add_section("partitions", parts)
+    report.add_section("absent", lambda p: None)
+    try:
+        s = pt.stats()
+        want = list(range(len(s["members"])))
+        assert s["partitions"] == {"all": {"members": want}} and "absent" not in s
+        assert seen == [True]
+        with pytest.raises(ValueError, match="already has a section 'partitions'"):
+            report.add_section("partitions", parts)
+        with pytest.raises(ValueError, match="'members'"):
+            report.add_section("members", parts)
+    finally:
+        report.SECTIONS.pop("partitions", None)
+        report.SECTIONS.pop("absent", None)

@@ -73,10 +73,11 @@ PyObject *pt_py_stats(ContextObject *self, PyObject *unused)
         pt_stat_entry_t *e = &es[i];
         PyObject *b = sparse(&e->hist);
         PyObject *t = b ? Py_BuildValue(
-            "{s:i,s:N,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:N}", "peer", e->rank, "transport",
+            "{s:i,s:N,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:N}", "peer", e->rank, "transport",
             name_or_none(pt_stat_transport_name(e->transport)), "op", pt_stat_op_name(e->op),
             "ops", (unsigned long long)e->ops, "bytes", (unsigned long long)e->bytes, "errors",
-            (unsigned long long)e->errors, "timeouts", (unsigned long long)e->timeouts, "count",
+            (unsigned long long)e->errors, "timeouts", (unsigned long long)e->timeouts, "timed",
+            (unsigned long long)e->timed, "count",
             (unsigned long long)e->hist.count, "sum_ns", (unsigned long long)e->hist.sum_ns,
             "min_ns", (unsigned long long)e->hist.min_ns, "max_ns",
             (unsigned long long)e->hist.max_ns, "buckets", b) : NULL;

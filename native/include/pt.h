@@ -287,7 +287,14 @@ pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, 
  * The histogram is log-linear (HDR-style): values below 64 ns have a bucket each, then every
  * power of two is cut in 32 equal buckets, up to 2^38 ns (about 275 s; longer values land in
  * the last bucket). A bucket spans at most 1/32 of its values (3.1%), so a percentile read at
- * a bucket's middle is within 1.6% of the true value from 64 ns to 275 s. */
+ * a bucket's middle is within 1.6% of the true value from 64 ns to 275 s.
+ *
+ * The clock is read around 1 one-sided operation in 16 (POOLTENSOR_STATS_SAMPLE) of a thread's
+ * (peer, transport, operation), its first, and every one once the last timed one took 2 us or
+ * more (tcp, verbs, a stalled peer): two clock reads cost more than an 8-byte get over shared
+ * memory. A timed operation stands for the untimed ones before it, so the histogram's count is
+ * still every operation that succeeded; `timed` says how many were measured. Collectives are
+ * timed every one. */
 
 typedef enum {
     PT_STAT_OP_GET, PT_STAT_OP_PUT, PT_STAT_OP_ATOMIC, PT_STAT_OP_NOTIFY, PT_STAT_OP_PUT_NOTIFY,
@@ -318,6 +325,7 @@ typedef struct {
 typedef struct {
     int rank, transport, op;
     uint64_t ops, bytes, errors, timeouts;
+    uint64_t timed;                       /* the operations whose latency was measured */
     pt_hist_t hist;
 } pt_stat_entry_t;
 

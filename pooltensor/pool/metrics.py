@@ -47,8 +47,10 @@ def histogram_buckets(entry):
     return out
 
 
-def families(member, entries, links, usage=None, server=None):
-    """The metric families of one scrape (prometheus_client.core *MetricFamily objects)."""
+def families(member, entries, links, usage=None, server=None, listen=None):
+    """The metric families of one scrape (prometheus_client.core *MetricFamily objects).
+    listen: {kind: "host:port"} of the ports this member listens on (what `pooltensor doctor
+    --endpoint` tries to reach)."""
     from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                         HistogramMetricFamily)
     L = ["member", "peer", "transport", "op"]
@@ -85,6 +87,13 @@ def families(member, entries, links, usage=None, server=None):
         up.add_metric([member, p, link["transport"] or "none"], int(link["state"] == "up"))
         lost.add_metric([member, p], int(link["state"] == "lost"))
     yield from (events, up, lost)
+    if listen:
+        f = GaugeMetricFamily("pooltensor_listen_info", "a port this member listens on "
+                              "(tcp: the data path; control, data: a memory server's)",
+                              labels=["member", "kind", "address"])
+        for kind, address in sorted(listen.items()):
+            f.add_metric([member, kind, address], 1)
+        yield f
     if usage is not None:
         yield from _usage(member, usage)
     if server is not None:
@@ -198,7 +207,11 @@ def for_pool(pool, address):
     ranks of one machine do not collide)."""
     from . import report
     world = pool.world
-    offset = world.local_rank if pool.role == "spmd" else 0
+    # the rank's place among the ranks of its host (its local rank, unless
+    # POOLTENSOR_TRANSPORT=tcp makes every rank a host of its own for the algorithms: the
+    # ports are still the one machine's)
+    offset = ([r for r in range(world.size) if world.hosts[r] == world.host].index(world.rank)
+              if pool.role == "spmd" else 0)
     host, port = parse(address, offset, ENV if os.environ.get(ENV) == address else "metrics")
 
     last = [None]
@@ -209,5 +222,6 @@ def for_pool(pool, address):
         # one, so it serves the last usage it read when the lock is busy
         use = report.usage(pool, wait=0.2)
         last[0] = use = use if use is not None else last[0]
-        return {"member": str(pool.me), "entries": entries, "links": links, "usage": use}
+        return {"member": str(pool.me), "entries": entries, "links": links, "usage": use,
+                "listen": {"tcp": world.listen_address} if world.listen_address else None}
     return Exporter(scrape, host, port)

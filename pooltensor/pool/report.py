@@ -5,7 +5,26 @@ fragmentation of each heap), shares from the members' capacities, the cache's co
 the slab cache, and the transfers (latency percentiles per transport and operation,
 bandwidth over the last interval, each peer's health) from the native counters through the
 world (collectives/counters.py). Every field is described in README.md, "Stats".
+
+Other parts of the pool add sections of their own with add_section() (partitions: each
+partition's usage), read under the pool's lock with the rest of the usage.
 """
+
+SECTIONS = {}
+
+
+def add_section(name, read):
+    """Add a section `name` to stats(): read(pool) returns a msgpack-able dict (or None: no
+    such section in this pool), called with the pool's lock held, so it sees the allocator as
+    the members' usage does (the metrics endpoint reads the same usage, but exports only the
+    families pool/metrics.py defines). ValueError for a name the report already has."""
+    if name in SECTIONS or name in ("members", "pool", "private", "cache", "plans",
+                                    "replicas", "transfers", "slab_size", "role", "arrays",
+                                    "pending_frees"):
+        raise ValueError(f"stats() already has a section {name!r}")
+    SECTIONS[name] = read
+    return read
+
 
 
 def stats(pool, per_peer=False):
@@ -48,6 +67,10 @@ def usage(pool, wait=-1):
                            "fragmentation": round(pv.fragmentation(), 4)},
                "cache": pool.cache.stats(), "plans": dict(pool.plans),
                "replicas": pool.keeper.stats()}
+        for name, read in SECTIONS.items():
+            got = read(pool)
+            if got is not None:
+                out[name] = got
     finally:
         pool._lock.release()
     capacity = sum(m["capacity"] for m in members)

@@ -632,8 +632,11 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle
 
         def scrape():
             entries, links = ctx.stats()
-            return {"member": "server", "entries": entries, "links": links,
-                    "server": server.snapshot()}
+            # (its context is a world of one, itself: no link to a peer to show)
+            return {"member": "server", "entries": entries, "links": [],
+                    "server": server.snapshot(),
+                    "listen": {"control": f"{host}:{server.port}",
+                               "data": f"{host}:{server.data_port}"}}
         try:
             exporter = _metrics.Exporter(scrape, mhost, mport)
         except BaseException:

@@ -53,15 +53,17 @@ pt_status_t pt__reg_local(pt_ctx_t *ctx, uint64_t key, uint64_t off, size_t len,
     return PT_OK;
 }
 
-/* Each entry point is counted (core/stats.c) under the transport that carried it: timed around
- * the call through the ops table, so every transport is covered by the same few lines. */
+/* Each entry point is counted (core/stats.c) under the transport that carried it, around the
+ * call through the ops table, so every transport is covered by the same few lines: the cell
+ * found inline, the operation timed when its cell samples it (core/stats.h). */
 #define COUNTED(op, bytes, call)                                                            \
     do {                                                                                    \
         const pt_transport_ops_t *o_ = pt__peer_ops(ctx, rank);                             \
-        uint64_t t0_ = pt__stats_t0();                                                      \
+        pt__stat_cell_t *c_ = pt__stats_cell(ctx->stats, rank, o_->id, (op));               \
+        uint64_t t0_ = c_ ? pt__stats_start(c_) : 0;                                        \
         pt_status_t st_ = o_->call;                                                         \
-        if (t0_)                                                                            \
-            pt__stats_op(ctx->stats, rank, o_->id, (op), (bytes), st_, t0_);                \
+        if (c_)                                                                             \
+            pt__stats_end(ctx->stats, c_, rank, (op), (bytes), st_, t0_);                   \
         return st_;                                                                         \
     } while (0)
 

@@ -20,42 +20,20 @@
 #define NTR PT_STAT_NTRANSPORTS
 #define NCELLS (NTR * PT_STAT_NOPS)
 
-typedef struct {
-    _Atomic uint64_t ops, bytes, errors, timeouts, sum_ns, min_ns, max_ns;
-    _Atomic uint64_t buckets[PT_HIST_BUCKETS];
-} cell_t;
+typedef pt__stat_cell_t cell_t;
+typedef pt__stat_shard_t shard_t;
 
-typedef struct shard {
-    struct shard *next;
-    pthread_t owner;
-    _Atomic(_Atomic(cell_t *) *) *peers;  /* [size + 1]: slot 0 is rank -1 (the group) */
-} shard_t;
-
-typedef struct {
+typedef struct pt__stat_link {
     _Atomic uint64_t events[PT_STAT_NEVENTS];
     _Atomic int last_status, last_op;
     _Atomic uint64_t last_time_ns;        /* CLOCK_REALTIME */
 } link_t;
 
-#define PT_STAT_SLOTS 64                 /* threads found without the lock (a power of 2) */
-#define PT_STAT_PROBES 4
-
-struct pt_stats {
-    struct {
-        _Atomic uintptr_t owner;          /* a thread id, 0: free */
-        _Atomic(shard_t *) shard;
-    } slots[PT_STAT_SLOTS];
-    _Atomic int refs;
-    int size;
-    pthread_mutex_t lock;                 /* guards the list of shards */
-    shard_t *shards;
-    link_t *links;                        /* [size] */
-};
-
 _Atomic int pt__stats_on = -1;            /* -1: not yet read from $POOLTENSOR_STATS */
 int pt__stats_tsc;
 double pt__stats_ns_per_tick = 1.0;
 static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+static uint64_t sample_mask = 15;         /* $POOLTENSOR_STATS_SAMPLE - 1 (a power of 2) */
 
 /* Whether the CPU's counter runs at one rate whatever the core's frequency or sleep state. */
 static int counter_invariant(void)
@@ -91,6 +69,14 @@ static void pair(uint64_t *ns, uint64_t *ticks)
 
 static void clock_init(void)
 {
+    const char *n = getenv("POOLTENSOR_STATS_SAMPLE");   /* time 1 operation in n */
+    if (n && *n) {
+        long v = strtol(n, NULL, 10);
+        uint64_t p = 1;
+        while (v > 0 && p < (uint64_t)v && p < (1u << 20))
+            p <<= 1;
+        sample_mask = p - 1;
+    }
     const char *e = getenv("POOLTENSOR_STATS_CLOCK");   /* "monotonic": never the counter */
     if ((e && strcmp(e, "monotonic") == 0) || !counter_invariant())
         return;
@@ -190,27 +176,21 @@ void pt__stats_unref(pt_stats_t *s)
 /* This thread's shard of s. Found without thread-local storage (an extension module's TLS
  * goes through __tls_get_addr, which costs more here than all the counting; the initial-exec
  * model would take glibc's small static TLS reserve that other extensions may need): the
- * thread's id (pthread_self, an address) hashed into a small open-addressed table of s, read
- * without a lock; a thread not placed there is found under the lock. A thread id is reused
- * only once its thread is gone, so the new thread may take the old one's shard. */
-static inline unsigned slot_hash(uintptr_t me)
-{
-    return (unsigned)((me >> 12) ^ (me >> 21)) & (PT_STAT_SLOTS - 1);
-}
-
+ * thread's id (pt__stats_thread) hashed into a small open-addressed table of s, read without a
+ * lock; a thread not placed there is found under the lock. A thread id is reused only once its
+ * thread is gone, so the new thread may take the old one's shard. */
 static shard_t *shard_of(pt_stats_t *s)
 {
-    uintptr_t me = (uintptr_t)pthread_self();
-    unsigned h = slot_hash(me);
+    uintptr_t me = pt__stats_thread();
+    unsigned h = pt__stats_slot(me);
     for (unsigned i = 0; i < PT_STAT_PROBES; i++) {
         unsigned j = (h + i) & (PT_STAT_SLOTS - 1);
         if (atomic_load_explicit(&s->slots[j].owner, memory_order_acquire) == me)
             return atomic_load_explicit(&s->slots[j].shard, memory_order_relaxed);
     }
-    pthread_t self = pthread_self();
     pthread_mutex_lock(&s->lock);
     shard_t *sh = s->shards;
-    while (sh && !pthread_equal(sh->owner, self))
+    while (sh && sh->owner != me)
         sh = sh->next;
     if (!sh && (sh = calloc(1, sizeof(*sh)))) {
         sh->peers = calloc((size_t)s->size + 1, sizeof(*sh->peers));
@@ -218,7 +198,7 @@ static shard_t *shard_of(pt_stats_t *s)
             free(sh);
             sh = NULL;
         } else {
-            sh->owner = self;
+            sh->owner = me;
             sh->next = s->shards;
             s->shards = sh;
         }
@@ -235,7 +215,7 @@ static shard_t *shard_of(pt_stats_t *s)
     return sh;
 }
 
-static cell_t *cell_of(pt_stats_t *s, int rank, int transport, int op)
+pt__stat_cell_t *pt__stats_cell_slow(pt_stats_t *s, int rank, int transport, int op)
 {
     if (rank < -1 || rank >= s->size || transport < 0 || transport >= NTR || op < 0 ||
         op >= PT_STAT_NOPS)
@@ -254,17 +234,16 @@ static cell_t *cell_of(pt_stats_t *s, int rank, int transport, int op)
     if (!c) {
         if (!(c = calloc(1, sizeof(*c))))
             return NULL;
+        /* one-sided operations are sampled while quick; collectives, which wait on their
+         * peers, are timed every one */
+        c->sample_mask = op < PT_STAT_OP_BARRIER ? sample_mask : 0;
+        c->mask = c->sample_mask;
         atomic_store_explicit(&cells[i], c, memory_order_release);
     }
     return c;
 }
 
-/* Only the owning thread writes a cell: a relaxed load and store, no atomic add. */
-static inline void bump(_Atomic uint64_t *p, uint64_t v)
-{
-    atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + v,
-                          memory_order_relaxed);
-}
+#define bump pt__stats_bump
 
 static uint64_t realtime_ns(void)
 {
@@ -286,31 +265,52 @@ void pt__stats_event(pt_stats_t *s, int rank, pt_stat_event_t ev, pt_status_t st
     }
 }
 
-void pt__stats_add(pt_stats_t *s, int rank, int transport, int op, uint64_t bytes,
-                   pt_status_t st, uint64_t ns)
+void pt__stats_fail(pt_stats_t *s, pt__stat_cell_t *c, int rank, int op, pt_status_t st)
 {
-    cell_t *c = s ? cell_of(s, rank, transport, op) : NULL;
-    if (!c)
-        return;
-    bump(&c->ops, 1);
-    if (st != PT_OK) {
-        bump(&c->errors, 1);
-        if (st == PT_ERR_TIMEOUT)
-            bump(&c->timeouts, 1);
-        if (st == PT_ERR_TIMEOUT)
-            pt__stats_event(s, rank, PT_STAT_TIMEOUT, st, op);
-        pt__stats_event(s, rank, PT_STAT_ERROR, st, op);
-        return;
+    bump(&c->errors, 1);
+    if (st == PT_ERR_TIMEOUT) {
+        bump(&c->timeouts, 1);
+        pt__stats_event(s, rank, PT_STAT_TIMEOUT, st, op);
     }
-    bump(&c->bytes, bytes);
+    pt__stats_event(s, rank, PT_STAT_ERROR, st, op);
+}
+
+void pt__stats_time(pt__stat_cell_t *c, uint64_t ns)
+{
+    /* this operation and the untimed ones since the last timed one (ops counts this one) */
+    uint64_t done = atomic_load_explicit(&c->ops, memory_order_relaxed) -
+                    atomic_load_explicit(&c->errors, memory_order_relaxed);
+    uint64_t timed = atomic_load_explicit(&c->timed, memory_order_relaxed);
+    uint64_t w = done > timed ? done - timed : 1;
+    int b = pt_hist_bucket(ns);
     /* (no count: the snapshot adds the buckets up; min 0 means none yet) */
     uint64_t lo = atomic_load_explicit(&c->min_ns, memory_order_relaxed);
     if (lo == 0 || ns < lo)
         atomic_store_explicit(&c->min_ns, ns, memory_order_relaxed);
     if (ns > atomic_load_explicit(&c->max_ns, memory_order_relaxed))
         atomic_store_explicit(&c->max_ns, ns, memory_order_relaxed);
-    bump(&c->sum_ns, ns);
-    bump(&c->buckets[pt_hist_bucket(ns)], 1);
+    bump(&c->sum_ns, ns * w);
+    atomic_store_explicit(&c->last_ns, ns, memory_order_relaxed);
+    atomic_store_explicit(&c->last_bucket, b, memory_order_relaxed);
+    bump(&c->buckets[b], w);
+    bump(&c->timed_ops, 1);
+    atomic_store_explicit(&c->timed, timed + w, memory_order_release);
+    c->mask = ns >= PT_STAT_SLOW_NS ? 0 : c->sample_mask;
+}
+
+void pt__stats_add(pt_stats_t *s, int rank, int transport, int op, uint64_t bytes,
+                   pt_status_t st, uint64_t ns)
+{
+    cell_t *c = s ? pt__stats_cell_slow(s, rank, transport, op) : NULL;
+    if (!c)
+        return;
+    bump(&c->ops, 1);
+    if (st != PT_OK) {
+        pt__stats_fail(s, c, rank, op, st);
+        return;
+    }
+    bump(&c->bytes, bytes);
+    pt__stats_time(c, ns);
 }
 
 void pt__stats_op(pt_stats_t *s, int rank, int transport, int op, uint64_t bytes,
@@ -437,21 +437,30 @@ static void cell_into(const cell_t *c, pt_stat_entry_t *e)
     e->bytes += atomic_load_explicit(&c->bytes, memory_order_relaxed);
     e->errors += atomic_load_explicit(&c->errors, memory_order_relaxed);
     e->timeouts += atomic_load_explicit(&c->timeouts, memory_order_relaxed);
-    /* the count is the sum of the buckets read, so percentiles add up even mid-write */
+    e->timed += atomic_load_explicit(&c->timed_ops, memory_order_relaxed);
+    /* the count is the sum of the buckets read, so percentiles add up even mid-write; the
+     * untimed operations since the last timed one go to its bucket (pt__stats_time) */
+    uint64_t timed = atomic_load_explicit(&c->timed, memory_order_acquire);
+    uint64_t done = atomic_load_explicit(&c->ops, memory_order_relaxed) -
+                    atomic_load_explicit(&c->errors, memory_order_relaxed);
+    uint64_t pending = timed && done > timed ? done - timed : 0;
     uint64_t n = 0;
     for (int i = 0; i < PT_HIST_BUCKETS; i++)
         n += atomic_load_explicit(&c->buckets[i], memory_order_relaxed);
     if (n == 0)
         return;
+    int last = atomic_load_explicit(&c->last_bucket, memory_order_relaxed);
     uint64_t lo = atomic_load_explicit(&c->min_ns, memory_order_relaxed);
     uint64_t hi = atomic_load_explicit(&c->max_ns, memory_order_relaxed);
     if (e->hist.count == 0 || lo < e->hist.min_ns)
         e->hist.min_ns = lo;
     if (hi > e->hist.max_ns)
         e->hist.max_ns = hi;
-    e->hist.sum_ns += atomic_load_explicit(&c->sum_ns, memory_order_relaxed);
+    e->hist.sum_ns += atomic_load_explicit(&c->sum_ns, memory_order_relaxed) +
+                      pending * atomic_load_explicit(&c->last_ns, memory_order_relaxed);
     for (int i = 0; i < PT_HIST_BUCKETS; i++) {
-        uint64_t b = atomic_load_explicit(&c->buckets[i], memory_order_relaxed);
+        uint64_t b = atomic_load_explicit(&c->buckets[i], memory_order_relaxed) +
+                     (i == last ? pending : 0);
         e->hist.buckets[i] += b;
         e->hist.count += b;
     }
