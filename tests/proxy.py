@@ -47,6 +47,7 @@ class Proxy:
             except OSError:
                 c.close()
                 continue
+            s.settimeout(None)   # the 5 s were for the dial: an idle relay must not end
             with self.lock:
                 self.pairs.append((c, s))
                 self.accepted += 1
