@@ -127,8 +127,9 @@ class RemoteWorld(counters.Counted, LocalMemory):
 
     how = "connect"
 
-    def __init__(self, servers, ctx, grants, timeout, secret=None):
+    def __init__(self, servers, ctx, grants, timeout, secret=None, partition=None):
         self.timeout = timeout
+        self.partition = partition            # what the servers count this process against
         self._secret = secret
         self._windows = []                    # (weakref to a Window, id(buffer), access, fresh)
         self.restarts = [0] * (len(servers) + 1)   # rejoins after a restart, per rank
@@ -218,6 +219,8 @@ class RemoteWorld(counters.Counted, LocalMemory):
         old = self._servers[rank]
         srv = _Server(rank, old.address, self._secret, self.timeout)
         try:
+            if self.partition is not None:
+                srv.request({"op": "partition", "name": self.partition})
             fresh = {}                        # id(buffer) -> (allocation id, key)
             for bid, (buffer, ids, sizes) in self._exposed.items():
                 acc = next((a for ref, b, a, first in self._windows if b == bid and first),
@@ -289,12 +292,16 @@ class RemoteWorld(counters.Counted, LocalMemory):
                f"{', '.join(self.hosts[1:])}>"
 
 
-def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=None):
+def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=None,
+            partition=None):
     """A RemoteWorld over memory servers ("host:port" each, or one comma-separated string).
 
     memory: bytes to ask each server for (default: all it has free now); a server with less
     free is an error naming it. secret_file: the servers' secret (default
-    $POOLTENSOR_SECRET_FILE, else `pooltensor serve`'s default file)."""
+    $POOLTENSOR_SECRET_FILE, else `pooltensor serve`'s default file). partition: the
+    partition of the servers (`pooltensor serve --partition`) this process's memory counts
+    against; "free" is then what is free to it (ServerRefused naming it, with .free set,
+    when that is less than asked)."""
     addrs = addresses(servers)
     if len(set(addrs)) != len(addrs):
         raise ValueError(f"connect= names a server twice: {addrs}")
@@ -311,11 +318,17 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
         grants = []
         for s in conns:
             free = int(s.facts.get("free", 0))
+            where = ""
+            if partition is not None:
+                free = int(s.request({"op": "partition", "name": partition})["free"])
+                where = f" to partition {partition!r}"
             want = free if memory is None else int(memory)
             if want <= 0 or want > free:
-                raise ServerRefused(f"memory server {s.address} has {free} bytes free; "
-                                    f"{'asked for ' + str(want) if memory else 'none left'}",
-                                    rank=s.rank, host=s.address)
+                e = ServerRefused(f"memory server {s.address} has {free} bytes free{where}; "
+                                  f"{'asked for ' + str(want) if memory else 'none left'}",
+                                  rank=s.rank, host=s.address)
+                e.free, e.wanted = free, want
+                raise e
             grants.append(want)
         ctx = _native.Context(0, len(addrs) + 1, threads)
         ctx.set_secret(secret)
@@ -325,7 +338,7 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
                 ctx.connect_tcp(s.rank, s.ip, s.data_port)
             except _native.Error as e:
                 raise_native(e, rank=s.rank, host=s.address, what="connect")
-        return RemoteWorld(conns, ctx, grants, timeout, secret)
+        return RemoteWorld(conns, ctx, grants, timeout, secret, partition)
     except BaseException:
         for s in conns:
             s.close()

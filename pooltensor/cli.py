@@ -41,6 +41,10 @@ def _parser():
                    help="also run code that authenticated clients send (pooltensor.map_blocks "
                         "functions); without it the server computes only numpy's operations "
                         "on the slabs it holds")
+    s.add_argument("--partition", action="append", default=[], metavar="NAME=RESERVE:LIMIT",
+                   help="declare a partition (repeatable), e.g. prod=64GiB:128GiB: RESERVE is "
+                        "held for it, LIMIT caps it (omitted: no cap); clients name theirs "
+                        "with pooltensor.init(partition=NAME)")
     s.add_argument("--metrics", metavar="HOST:PORT",
                    help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
                         "every interface)")
@@ -91,11 +95,16 @@ def main(argv=None):
             p.error(f"--memory: {e}")
         if not 0 <= args.data_port <= 65535:
             p.error(f"--data-port must be 0..65535, not {args.data_port}")
+        from .pool.partitions import parse_spec
+        try:
+            parts = [parse_spec(x) for x in args.partition]
+        except (TypeError, ValueError) as e:
+            p.error(f"--partition: {e}")
         from collectives.errors import PooltensorError
         try:
             from .ops.members import handle
             return serve(memory, args.listen, args.secret_file, args.data_port, handle,
-                         args.allow_code, metrics=args.metrics)
+                         args.allow_code, metrics=args.metrics, partitions=parts)
         except (ValueError, OSError, PooltensorError) as e:    # bad --listen, port taken, ...
             print(f"pooltensor serve: {e}", file=sys.stderr)
             return 1

@@ -45,6 +45,7 @@ from collectives.rendezvous.bootstrap import host_identity
 
 from . import agree
 from . import frees
+from . import partitions as partitions_
 from . import mapping
 from . import replicas as replicas_
 from . import placement as _placement
@@ -100,7 +101,7 @@ class Allocation:
     """The slabs holding one array's bytes; every view of the array shares it."""
 
     __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo", "slab",
-                 "version", "copies", "lost", "__weakref__")
+                 "version", "copies", "lost", "partition", "__weakref__")
 
     def __init__(self, pool, aid, nbytes, heap, members, slots):
         self.pool, self.id, self.nbytes, self.heap = pool, aid, nbytes, heap
@@ -111,6 +112,7 @@ class Allocation:
         self.version = 0        # bumped by every write this process makes or is told of
         self.copies = None      # replicated: per slab, [(member, slot)] of its live copies
         self.lost = None        # slab -> member: slabs whose every copy was lost (replicas.py)
+        self.partition = None   # the partition its bytes count against (partitions.py)
 
     @property
     def access(self):
@@ -137,7 +139,7 @@ class Pool:
 
     def __init__(self, world, *, role, slab_size=None, memory=None, cache_bytes=None,
                  placement="block", materialize_limit=None, advanced_limit=None, procs=(),
-                 owns_world=False, attach=None):
+                 owns_world=False, attach=None, partition=None):
         self.world = world
         self.role = role                       # "spmd", "plain", "member" or "client"
         client = role == "client"              # memory servers hold every slab (client.py)
@@ -230,6 +232,11 @@ class Pool:
         self.max_prefetch = 16
         self.pending = False     # a member was lost: reads repoint at their next slab
         self.keeper = replicas_.Keeper(self, cfg)
+        # partition=(name, reserve, limit): the partition this pool's allocations count against
+        self.partitions = partitions_.Ledger(sum(self.nslabs) * S)
+        if partition is not None:
+            self.partitions.declare(*partition)
+            self.partitions.default = partition[0]
         world.barrier()
         self.keeper.start()
 
@@ -250,6 +257,14 @@ class Pool:
     def members(self):
         """Number of members (processes contributing memory)."""
         return self.size
+
+    def partition(self, name, reserve=None, limit=None):
+        """Allocations made inside ``with pool.partition(name):`` count against partition
+        `name` (declared here when reserve or limit is given; see partitions.py). In SPMD
+        every rank must use the same partitions, like placement (checked at creation)."""
+        if reserve is not None or limit is not None or name not in self.partitions.parts:
+            self.partitions.declare(name, reserve or 0, limit)
+        return self.partitions.using(name)
 
     def private_heap(self):
         """This member's private heap (made on first use, never exposed)."""
@@ -275,8 +290,9 @@ class Pool:
             call = agree.Call(op, shape, dtype,
                               agree.placement_key(self.placement if placement is None
                                                    else placement),
-                              access if replicas is None or replicas == 1
-                              else f"{access} replicas={replicas}",
+                              (access if replicas is None or replicas == 1
+                               else f"{access} replicas={replicas}")
+                              + partitions_.tag(self.partitions.current()),
                               targets=(("new allocation id, slabs", self._next_id + 1, n),))
         else:
             call = None
@@ -349,6 +365,12 @@ class Pool:
                         f"placement {policy!r}{ever}",
                         free={m: free[m] * S for m in range(self.size)},
                         needed=nbytes)
+                part = self.partitions.current()
+                why = self.partitions.refusal(part, n * copies * S,
+                                              sum(free[m] for m in allowed) * S)
+                if why is not None:
+                    raise PoolOutOfMemory(why, free={m: free[m] * S for m in range(self.size)},
+                                          needed=int(nbytes), partition=part)
                 if self.role == "client":
                     homes = _placement.plan_servers(policy, n, free)
                 else:
@@ -372,6 +394,8 @@ class Pool:
             alloc = Allocation(self, aid, int(nbytes), heap, members, slots)
             if heap != "pv":
                 fresh = self.keeper.track(alloc, what, copies, extra, fresh)
+                alloc.partition = part
+                self.partitions.take(part, n * copies * S, owner=aid)
             self._live += 1
             f = weakref.finalize(alloc, self._queue_free, alloc.id, heap, members, slots,
                                  alloc.copies)

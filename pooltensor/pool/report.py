@@ -47,7 +47,8 @@ def usage(pool, wait=-1):
                            "free": pv.nfree * S,
                            "fragmentation": round(pv.fragmentation(), 4)},
                "cache": pool.cache.stats(), "plans": dict(pool.plans),
-               "replicas": pool.keeper.stats()}
+               "replicas": pool.keeper.stats(),
+               "partitions": pool.partitions.stats()}
     finally:
         pool._lock.release()
     capacity = sum(m["capacity"] for m in members)

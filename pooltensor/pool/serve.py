@@ -49,6 +49,8 @@ from collectives import _native
 from collectives import control as _ctl
 from collectives.rendezvous.bootstrap import machine_identity, parse_address
 
+from . import partitions as _partitions
+
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 NATIVE_SEGMENTS = 256    # the native engine's tables: segments and registrations (keys)
 NATIVE_KEYS = 1024
@@ -163,10 +165,11 @@ class _Hostile(Exception):
 
 
 class _Alloc:
-    __slots__ = ("id", "seg", "size", "keys", "released")
+    __slots__ = ("id", "seg", "size", "keys", "released", "partition")
 
-    def __init__(self, aid, seg, size):
+    def __init__(self, aid, seg, size, partition):
         self.id, self.seg, self.size, self.keys = aid, seg, size, []
+        self.partition = partition
         self.released = False
 
 
@@ -218,6 +221,7 @@ class _Client:
         self.views = {}                # allocation id -> HeapView (plans run on it)
         self.next_id = 1
         self.state = "pending"         # -> "authed", or "dropped" (evicted while pending)
+        self.partition = _partitions.DEFAULT     # what its bytes count against
 
     @property
     def authenticated(self):
@@ -232,7 +236,7 @@ class Server:
     (keywords of check_limits) are described in the module docstring."""
 
     def __init__(self, memory, host="127.0.0.1", port=7000, secret=b"", data_port=0,
-                 log=None, handle=None, allow_code=False, **limits):
+                 log=None, handle=None, allow_code=False, partitions=(), **limits):
         if len(secret) < _ctl.MIN_SECRET:
             raise ValueError(f"the secret must be at least {_ctl.MIN_SECRET} bytes")
         self.memory = max(PAGE, int(memory) // PAGE * PAGE)   # whole pages: what segments hold
@@ -247,6 +251,7 @@ class Server:
         self._log = log or stderr_log()
         self._lock = threading.Lock()
         self._used = 0
+        self.ledger = _partitions.Ledger(self.memory, partitions)   # --partition
         self._clients = set()
         self._seq = 0
         self._stop = threading.Event()
@@ -482,6 +487,8 @@ class Server:
             return {"ok": True, "free": self.free}
         if op == "plan":
             return self._plan(c, msg)
+        if op == "partition":
+            return _partitions.join(self, c, msg.get("name"))
         if op == "info":
             with self._lock:
                 clients = sum(1 for x in self._clients if x.authenticated)
@@ -490,6 +497,7 @@ class Server:
                     "control": counters,
                     "allocations": len(c.allocs), "registrations": c.nkeys(),
                     "limits": dict(self.limits), "data_port": self.data_port,
+                    "partitions": self.ledger.stats(), "partition": c.partition,
                     "tcp": self._ctx.tcp_stats() if self._ctx is not None else {}}
         raise _Hostile(f"unknown op {op!r}")
 
@@ -529,22 +537,26 @@ class Server:
         rounded = -(-size // PAGE) * PAGE
         with self._lock:
             free = self.memory - self._used
-            if rounded > free:
+            why = self.ledger.refusal(c.partition, rounded, free) if rounded <= free else \
+                f"cannot allocate {size} bytes: {free} bytes free ({human(free)} of " \
+                f"{human(self.memory)})"
+            if why is not None:
                 self.counters["refused"] += 1
-                return {"ok": False, "free": free,
-                        "error": f"cannot allocate {size} bytes: {free} bytes free "
-                                 f"({human(free)} of {human(self.memory)})"}
+                return {"ok": False, "free": self.ledger.free_to(c.partition, free),
+                        "error": why}
             self._used += rounded
+            self.ledger.take(c.partition, rounded)
         try:
             seg = _native.Segment(rounded)
             self._ctx.add_segment(seg)
         except (MemoryError, _native.Error) as e:
             with self._lock:
                 self._used -= rounded
+            self.ledger.give_back(c.partition, rounded)
             return {"ok": False, "free": self.free,
                     "error": f"cannot allocate {size} bytes: the server's memory or segment "
                              f"table is exhausted ({_native_text(e)})"}
-        a = _Alloc(c.next_id, seg, rounded)
+        a = _Alloc(c.next_id, seg, rounded, c.partition)
         c.next_id += 1
         reply = self._register(a, access)
         if not reply["ok"]:
@@ -598,10 +610,11 @@ class Server:
         a.seg = None               # the last reference: the memfd is unmapped and closed
         with self._lock:
             self._used -= a.size
+        self.ledger.give_back(a.partition, a.size)
 
 
 def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle=None,
-          allow_code=False, metrics=None, **limits):
+          allow_code=False, metrics=None, partitions=(), **limits):
     """Run a memory server until SIGTERM/SIGINT; returns the exit status (0 on a clean stop).
 
     Secret: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the default path
@@ -625,7 +638,7 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle
         from . import metrics as _metrics
         mhost, mport = _metrics.parse(metrics, what="--metrics")
     server = Server(memory, host, port, secret, data_port, log, handle, allow_code,
-                    **limits).start()
+                    partitions, **limits).start()
     exporter = None
     if metrics is not None:
         ctx = server._ctx
