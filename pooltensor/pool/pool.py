@@ -45,6 +45,8 @@ from collectives.rendezvous.bootstrap import host_identity
 
 from . import agree
 from . import frees
+from . import locks as locks_
+from . import versions as versions_
 from . import partitions as partitions_
 from . import mapping
 from . import replicas as replicas_
@@ -200,6 +202,10 @@ class Pool:
         self.win_ver = world.expose(8 * self.nslabs[self.me], "rw") if self.coherent else None
         self.win_ctl = world.expose(64, "rw") if (not self.spmd and self.size > 1
                                                   and not client) else None
+        # pool locks (locks.py): a page on every member, used on member 0's; a client of memory
+        # servers is the only process of its pool and keeps the words in its own memory
+        self.win_lock = None if client else world.expose(locks_.BYTES, "rw")
+        self.locks = locks_.Locks(self, self.win_lock)
         self._private = None
         self.local = {"rw": self.win_rw.buffer, "ro": self.win_ro.buffer, "pv": None}
         self.read_win = {"rw": self.win_rw, "ro": self.win_ro}
@@ -434,7 +440,7 @@ class Pool:
         return frees.collect(self, call, failed)
 
     # -- versions (SPMD coherence) -------------------------------------------------------------
-    def version(self, m, slot):
+    def slab_version(self, m, slot):
         """The home's version of rw slab (m, slot): an atomic read (compare_swap 0 -> 0)."""
         return rejoin.read_version(self.win_ver, m, slot)
 
@@ -449,6 +455,29 @@ class Pool:
                     e.version = old + 1
                 else:
                     self.cache.discard(e)
+
+    # -- locks and versions of whole arrays (locks.py, versions.py) ---------------------------
+    def lock(self, name, timeout=None, lease=locks_.DEFAULT_LEASE):
+        """``with pool.lock(name, timeout=):`` mutual exclusion across the pool's processes,
+        fair (first come, first served), released `lease` seconds after a holder dies;
+        Timeout after `timeout` seconds (default: the pool's), PeerLost if member 0 is gone."""
+        self.check_open()
+        return self.locks.lock(name, timeout, lease)
+
+    def version(self, x):
+        """The version of array x's memory: moves with every write to it that this pool
+        tracks (see versions.py)."""
+        return versions_.version(self, x)
+
+    def compare_and_bump(self, x, expected, timeout=None):
+        """Bump x's version if it is still `expected`, atomically across the pool; returns
+        whether it did (versions.py)."""
+        return versions_.compare_and_bump(self, x, expected, timeout)
+
+    def update(self, x, fn, timeout=None):
+        """x[...] = fn(x as numpy) as one atomic read-modify-write across the pool's
+        processes (under x's lock); returns the new value (versions.py)."""
+        return versions_.update(self, x, fn, timeout)
 
     def note_export(self, slot, owner):
         """A writeable view of local rw slab `slot` was handed out (see sync())."""
@@ -558,7 +587,8 @@ class Pool:
             return
         if getattr(sys, "last_value", None) is not None and self.spmd and self.size > 1:
             return     # exiting on an uncaught error: the other ranks may not be closing
-        for w in (self.win_ctl, self.win_ver, self.win_ro_init, self.win_ro, self.win_rw):
+        for w in (self.win_lock, self.win_ctl, self.win_ver, self.win_ro_init, self.win_ro,
+                  self.win_rw):
             if w is not None:
                 try:
                     w.close()

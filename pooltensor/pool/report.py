@@ -48,7 +48,8 @@ def usage(pool, wait=-1):
                            "fragmentation": round(pv.fragmentation(), 4)},
                "cache": pool.cache.stats(), "plans": dict(pool.plans),
                "replicas": pool.keeper.stats(),
-               "partitions": pool.partitions.stats()}
+               "partitions": pool.partitions.stats(),
+               "locks": pool.locks.stats()}
     finally:
         pool._lock.release()
     capacity = sum(m["capacity"] for m in members)
