@@ -45,6 +45,7 @@ from collectives.rendezvous.bootstrap import host_identity
 
 from . import agree
 from . import frees
+from . import leases as leases_
 from . import locks as locks_
 from . import versions as versions_
 from . import partitions as partitions_
@@ -141,7 +142,7 @@ class Pool:
 
     def __init__(self, world, *, role, slab_size=None, memory=None, cache_bytes=None,
                  placement="block", materialize_limit=None, advanced_limit=None, procs=(),
-                 owns_world=False, attach=None, partition=None):
+                 owns_world=False, attach=None, partition=None, leases=None):
         self.world = world
         self.role = role                       # "spmd", "plain", "member" or "client"
         client = role == "client"              # memory servers hold every slab (client.py)
@@ -238,6 +239,8 @@ class Pool:
         self.max_prefetch = 16
         self.pending = False     # a member was lost: reads repoint at their next slab
         self.keeper = replicas_.Keeper(self, cfg)
+        # leases=(lease, grow_below, shrink_below, shrink_after): lend a lease at a time
+        self.leases = leases_.Leases(self, *leases) if leases else None
         # partition=(name, reserve, limit): the partition this pool's allocations count against
         self.partitions = partitions_.Ledger(sum(self.nslabs) * S)
         if partition is not None:
@@ -355,6 +358,8 @@ class Pool:
                         "placement='local' means the calling member, but in SPMD every rank "
                         "calls (creation is collective): use 'block' (a contiguous part on "
                         "each rank), a member list, or access='private' for this rank alone")
+                if self.leases is not None:        # lend more first, where it is short
+                    self.leases.grow_for(n * copies, self.keeper.room(policy)[1])
                 free, allowed = self.keeper.room(policy)
                 if self.role == "client" and not isinstance(policy, _placement.Explicit):
                     _placement.plan_servers(policy, 0, free)     # policy errors come first
@@ -538,7 +543,11 @@ class Pool:
         with self._lock:
             if not self.coherent:
                 self.collect_frees()
-            return [(self.nslabs[m] - self._used[m]) * self.slab_size for m in range(self.size)]
+            return [(self.lent(m) - self._used[m]) * self.slab_size for m in range(self.size)]
+
+    def lent(self, m):
+        """Slabs member m lends the pool now (all of its heap, unless leases.py lends less)."""
+        return self._alloc["rw"][m].nslabs
 
     def stats(self, per_peer=False):
         """Usage per member, shares, fragmentation, cache counters and the transfers'
@@ -558,6 +567,8 @@ class Pool:
             return
         self.closed = True
         self.keeper.close()
+        if self.leases is not None:
+            self.leases.close()
         self.cache.gen += 1              # memos of x[i] fast paths stop matching
         self.cache.live.attached = False
         for r in list(self.views.values()):

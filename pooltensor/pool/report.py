@@ -30,7 +30,7 @@ def usage(pool, wait=-1):
             rw, ro = pool._alloc["rw"][m], pool._alloc["ro"][m]
             used_rw = pool._heap_used["rw"][m] * S
             used_ro = pool._heap_used["ro"][m] * S
-            free_slabs = pool.nslabs[m] - pool._used[m]
+            free_slabs = pool.lent(m) - pool._used[m]
             members.append({
                 "member": m, "host": pool.world.hosts[m], "capacity": pool.capacity[m],
                 "transport": pool.world.transports[m],
@@ -49,7 +49,8 @@ def usage(pool, wait=-1):
                "cache": pool.cache.stats(), "plans": dict(pool.plans),
                "replicas": pool.keeper.stats(),
                "partitions": pool.partitions.stats(),
-               "locks": pool.locks.stats()}
+               "locks": pool.locks.stats(),
+               "leases": pool.leases.stats() if pool.leases is not None else None}
     finally:
         pool._lock.release()
     capacity = sum(m["capacity"] for m in members)

@@ -95,6 +95,16 @@ def _partition_args(name, reserve, limit, connect):
     return (name, 0 if reserve is None else reserve, limit)
 
 
+def _lease_args(lease, grow_below, shrink_below, shrink_after, slab, connect):
+    """init()'s lease settings checked (leases.check), for a plain script's pool only."""
+    from . import leases
+    got = leases.check(lease, grow_below, shrink_below, shrink_after, slab)
+    if got is not None and (connect is not None or _launched()):
+        raise ValueError("lease= is for a plain script's pool: under mpiexec or the "
+                         "launcher, or on memory servers, members lend all their memory")
+    return got
+
+
 def _agree(pool, given):
     """ValueError naming the first argument of a second init() that is not what the pool was
     made with (an argument not given agrees with anything)."""
@@ -137,7 +147,7 @@ def _launched():
 def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memory=None,
          materialize_limit=None, advanced_limit=None, timeout=None, attach=None,
          connect=None, secret_file=None, metrics=None, partition=None, reserve=None,
-         limit=None):
+         limit=None, lease=None, grow_below=None, shrink_below=None, shrink_after=None):
     """Join or build the pool and return it.
 
     A later call returns the same pool; an argument it gives that is not what the pool was
@@ -175,6 +185,11 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     pooltensor.pool.partitions). With connect=, the servers declare their partitions
     (``pooltensor serve --partition NAME=RESERVE:LIMIT``) and the client only names one.
     More partitions in one pool: ``with pool.partition(name, reserve=, limit=): ...``.
+
+    lease: members lend their memory a lease at a time (True: 128 MiB, or bytes / a size);
+    grow_below (0.25), shrink_below (0.15), shrink_after (300 s): when the pool takes another
+    lease and when a member gets leases back (pages punched out: see pooltensor.pool.leases).
+    A plain script's pool only.
     """
     global _pool, _made
     from collectives import log
@@ -196,6 +211,8 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
                                     "advanced_limit", "attach")}
         kw["placement"] = "block" if placement is None else placement
         part = given["partition"]
+        kw["leases"] = _lease_args(lease, grow_below, shrink_below, shrink_after,
+                                   slab_size or DEFAULT_SLAB, connect)
         if connect is not None:
             if _launched():
                 raise ValueError("connect= is for a plain script; under mpiexec or the "
