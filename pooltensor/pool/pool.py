@@ -46,6 +46,7 @@ from collectives.rendezvous.bootstrap import host_identity
 from . import agree
 from . import frees
 from . import leases as leases_
+from . import migrate as migrate_
 from . import locks as locks_
 from . import versions as versions_
 from . import partitions as partitions_
@@ -142,7 +143,7 @@ class Pool:
 
     def __init__(self, world, *, role, slab_size=None, memory=None, cache_bytes=None,
                  placement="block", materialize_limit=None, advanced_limit=None, procs=(),
-                 owns_world=False, attach=None, partition=None, leases=None):
+                 owns_world=False, attach=None, partition=None, leases=None, migrate=None):
         self.world = world
         self.role = role                       # "spmd", "plain", "member" or "client"
         client = role == "client"              # memory servers hold every slab (client.py)
@@ -241,6 +242,7 @@ class Pool:
         self.keeper = replicas_.Keeper(self, cfg)
         # leases=(lease, grow_below, shrink_below, shrink_after): lend a lease at a time
         self.leases = leases_.Leases(self, *leases) if leases else None
+        self.mover = migrate_.Mover(self, **(migrate or {}))    # access counts, moves
         # partition=(name, reserve, limit): the partition this pool's allocations count against
         self.partitions = partitions_.Ledger(sum(self.nslabs) * S)
         if partition is not None:
@@ -405,6 +407,7 @@ class Pool:
             alloc = Allocation(self, aid, int(nbytes), heap, members, slots)
             if heap != "pv":
                 fresh = self.keeper.track(alloc, what, copies, extra, fresh)
+                self.mover.track(alloc)
                 alloc.partition = part
                 self.partitions.take(part, n * copies * S, owner=aid)
             self._live += 1
@@ -484,6 +487,12 @@ class Pool:
         processes (under x's lock); returns the new value (versions.py)."""
         return versions_.update(self, x, fn, timeout)
 
+    def rebalance(self):
+        """Move hot slabs to their reader, then even out the members' use (migrate.py);
+        returns the slabs moved."""
+        self.check_open()
+        return self.mover.rebalance()
+
     def note_export(self, slot, owner):
         """A writeable view of local rw slab `slot` was handed out (see sync())."""
         if self.coherent:
@@ -521,6 +530,7 @@ class Pool:
             if w is not None:
                 w.flush()
         if not self.coherent:
+            self.mover.migrate_hot()       # a safe point: slabs read most here move here
             self.collect_frees()
             return failed
         for slot, ws in list(self._exports.items()):   # writes through exported views

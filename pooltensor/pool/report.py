@@ -50,7 +50,8 @@ def usage(pool, wait=-1):
                "replicas": pool.keeper.stats(),
                "partitions": pool.partitions.stats(),
                "locks": pool.locks.stats(),
-               "leases": pool.leases.stats() if pool.leases is not None else None}
+               "leases": pool.leases.stats() if pool.leases is not None else None,
+               "migrations": pool.mover.stats()}
     finally:
         pool._lock.release()
     capacity = sum(m["capacity"] for m in members)

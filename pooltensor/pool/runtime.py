@@ -95,6 +95,14 @@ def _partition_args(name, reserve, limit, connect):
     return (name, 0 if reserve is None else reserve, limit)
 
 
+def _migrate_args(migrate):
+    """init()'s migrate= checked: a dict of the Mover's settings, or None."""
+    if migrate is None:
+        return None
+    from .migrate import check
+    return check(migrate)
+
+
 def _lease_args(lease, grow_below, shrink_below, shrink_after, slab, connect):
     """init()'s lease settings checked (leases.check), for a plain script's pool only."""
     from . import leases
@@ -147,7 +155,8 @@ def _launched():
 def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memory=None,
          materialize_limit=None, advanced_limit=None, timeout=None, attach=None,
          connect=None, secret_file=None, metrics=None, partition=None, reserve=None,
-         limit=None, lease=None, grow_below=None, shrink_below=None, shrink_after=None):
+         limit=None, lease=None, grow_below=None, shrink_below=None, shrink_after=None,
+         migrate=None):
     """Join or build the pool and return it.
 
     A later call returns the same pool; an argument it gives that is not what the pool was
@@ -190,6 +199,9 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     grow_below (0.25), shrink_below (0.15), shrink_after (300 s): when the pool takes another
     lease and when a member gets leases back (pages punched out: see pooltensor.pool.leases).
     A plain script's pool only.
+
+    migrate: how slabs move to their readers (pooltensor.pool.migrate), a dict of budget
+    (bytes/s, default 1 GiB/s), ratio (4) and min_faults (8).
     """
     global _pool, _made
     from collectives import log
@@ -211,6 +223,7 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
                                     "advanced_limit", "attach")}
         kw["placement"] = "block" if placement is None else placement
         part = given["partition"]
+        kw["migrate"] = _migrate_args(migrate)
         kw["leases"] = _lease_args(lease, grow_below, shrink_below, shrink_after,
                                    slab_size or DEFAULT_SLAB, connect)
         if connect is not None:
