@@ -48,8 +48,8 @@ def _parser():
     s.add_argument("--metrics", metavar="HOST:PORT",
                    help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
                         "every interface)")
-    from .commands import bench, info, stats
-    for command in (info, stats, bench):
+    from .commands import bench, check, info, stats
+    for command in (info, stats, bench, check):
         command.add_parser(sub)
     d = sub.add_parser(
         "doctor", help="what this machine offers pooltensor (RDMA devices, ports, GIDs), and "

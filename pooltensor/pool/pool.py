@@ -487,6 +487,13 @@ class Pool:
         processes (under x's lock); returns the new value (versions.py)."""
         return versions_.update(self, x, fn, timeout)
 
+    def check(self):
+        """Whether the directory, allocators, partitions, versions and replicas agree: a
+        report dict {"ok", "checked", "differences"} (check.py)."""
+        from . import check
+        self.check_open()
+        return check.run(self)
+
     def rebalance(self):
         """Move hot slabs to their reader, then even out the members' use (migrate.py);
         returns the slabs moved."""
