@@ -204,22 +204,26 @@ class Mover:
 
     def migrate_hot(self):
         """Move the hot slabs to this process's member, while it has room; slabs moved."""
+        return len(self._move_hot())
+
+    def _move_hot(self):
         if self.pool.coherent or not self.pending:
-            return 0
+            return []
         self.pending = False
-        moved = 0
+        moved = []
         for alloc, k, dest in self.hot():
             if not self.move(alloc, k, dest):
                 break
-            moved += 1
+            moved.append((alloc.id, k))
         return moved
 
     def rebalance(self):
         """Hot slabs first, then even out the members' used fraction by moving the last
-        slabs of the fullest member to the emptiest, while a move narrows the spread;
-        returns the slabs moved."""
+        slabs of the fullest member to the emptiest, while a move narrows the spread (the
+        hot slabs just moved stay with their reader); returns the slabs moved."""
         pool = self.pool
-        moved = self.migrate_hot()
+        hot = set(self._move_hot())          # these stay with their reader
+        moved = len(hot)
         for _ in range(sum(pool.nslabs)):
             with pool._lock:
                 pool.collect_frees()
@@ -233,7 +237,7 @@ class Mover:
                 pick = next(((a, k) for a in list(self.live or ())
                              if a.heap != "pv" and a.copies is None
                              for k in range(len(a.members) - 1, -1, -1)
-                             if a.members[k] == hi), None)
+                             if a.members[k] == hi and (a.id, k) not in hot), None)
             if pick is None or not self.move(pick[0], pick[1], lo):
                 break
             moved += 1
