@@ -23,7 +23,7 @@ DEFAULT = "default"
 def _size(name, v):
     """A size argument: an int (bytes) or a string such as '64GiB' (serve.parse_bytes)."""
     if isinstance(v, str):
-        from .serve import parse_bytes
+        from .sizes import parse_bytes
         return parse_bytes(v) if v.strip() != "0" else 0
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"{name} must be bytes (an int, or a size such as '64GiB'), not "

@@ -37,7 +37,6 @@ line is written whole, whatever the threads do).
 import logging
 import math
 import os
-import re
 import selectors
 import signal
 import socket
@@ -50,6 +49,7 @@ from collectives import control as _ctl
 from collectives.rendezvous.bootstrap import machine_identity, parse_address
 
 from . import partitions as _partitions
+from .sizes import parse_bytes  # noqa: F401  (the command's, and the tests')
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 NATIVE_SEGMENTS = 256    # the native engine's tables: segments and registrations (keys)
@@ -62,22 +62,6 @@ ENV_LIMIT = "POOLTENSOR_SERVE_"
 _LIMITS = {"handshake_timeout": AUTH_TIMEOUT, "max_clients": MAX_CLIENTS,
            "max_per_host": MAX_PER_HOST, "max_pending": MAX_PENDING}
 _ACCESS = {"r": 1, "rw": 3}
-_SIZE = re.compile(r"^([0-9]*\.?[0-9]+(?:e[0-9]+)?)([kmgt]?)(i?)(b?)$")
-
-
-def parse_bytes(text):
-    """'8GiB', '8G', '512MiB', '1.5GB', '4096' -> bytes. K/M/G/T and KiB/MiB/GiB/TiB are
-    powers of 1024; KB/MB/GB/TB powers of 1000; 'B' alone is bytes."""
-    m = _SIZE.match(str(text).strip().lower().replace(" ", ""))
-    if m is None or (m.group(3) and not m.group(2)):
-        raise ValueError(f"not a size: {text!r} (e.g. 8GiB, 512MiB, 1000000)")
-    num, unit, binary, b = m.groups()
-    power = "kmgt".index(unit) + 1 if unit else 0
-    base = 1000 if (unit and b and not binary) else 1024
-    n = int(float(num) * base ** power)
-    if n <= 0:
-        raise ValueError(f"size must be positive, not {text!r}")
-    return n
 
 
 def human(n):
