@@ -10,6 +10,7 @@ import pytest
 import pooltensor as pt
 from pooltensor.pool import leases
 from pooltensor.pool.alloc import SlabAllocator
+from servers import ServerProc, make_secret
 
 pytestmark = pytest.mark.timeout(60)
 MiB = 1 << 20
@@ -90,6 +91,43 @@ def test_grow_under_demand_and_give_back_when_idle(pool):
     assert pool.stats()["leases"]["lent"] == L.stats()["lent"]
 
 
-def test_leases_refused_where_they_do_not_apply(monkeypatch):
-    with pytest.raises(ValueError, match="plain script's pool"):
-        pt.init(connect=["127.0.0.1:9"], lease=True)
+@pytest.fixture
+def server(tmp_path):
+    secret = make_secret(tmp_path)
+    s = ServerProc("48MiB", secret).ready()
+    yield s, secret
+    pt.finalize()
+    s.stop()
+
+
+def test_memory_server_lends_in_leases(server):
+    """A client's window may be larger than the server's memory: only what it lends counts,
+    and what it gives back leaves the server's RSS."""
+    from collectives import control as ctl
+    from collectives import remote
+    s, secret = server
+    pt.finalize()
+    pool = pt.init(connect=[s.address], secret_file=secret, memory=128 * MiB, slab_size=MiB,
+                   cache_bytes=4 * MiB, lease="8MiB", shrink_after=0.5)
+    info = remote._Server(1, s.address, ctl.read_secret(secret), 10.0)
+    assert pool.capacity[1] == 128 * MiB and info.request({"op": "info"})["free"] == 40 * MiB
+    base = s.rss_shmem()
+    x = pt.arange(30 * MiB // 8, dtype=np.float64)
+    lent = pool.leases.stats()["lent"][1]
+    assert lent >= 40 * MiB and info.request({"op": "info"})["free"] == 48 * MiB - lent
+    assert float(x[-1]) == 30 * MiB // 8 - 1
+    grown = s.rss_shmem()
+    assert grown - base >= 28 * MiB, (base, grown)
+    with pytest.raises(pt.PoolOutOfMemory):
+        pt.zeros(20 * MiB)                    # the server has only 48 MiB to lend
+    del x
+    gc.collect()
+    deadline = time.monotonic() + 20
+    while pool.leases.stats()["lent"][1] > 8 * MiB and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pool.leases.stats()["lent"][1] == 8 * MiB
+    assert info.request({"op": "info"})["free"] == 40 * MiB
+    assert grown - s.rss_shmem() >= 20 * MiB      # all but the one lease kept
+    y = pt.full(20 * MiB // 8, 2.0)            # lent again: right values
+    assert float(y.sum()) == 2.0 * (20 * MiB // 8)
+    info.close()

@@ -89,10 +89,9 @@ class Leases:
     """The leases of a plain script's pool (Pool.leases; None without lease=)."""
 
     def __init__(self, pool, lease, grow_below, shrink_below, shrink_after):
-        if pool.role != "plain":
-            raise ValueError("leases are for a plain script's pool (pooltensor.init(members="
-                             "N) or one process): under SPMD, or on memory servers, members "
-                             "lend all their memory")
+        if pool.role not in ("plain", "client"):
+            raise ValueError("leases are for a plain script's pool (members=N, one process, "
+                             "or memory servers): under SPMD every rank lends all its memory")
         self.pool = pool
         self.lease, self.grow_below = lease, grow_below
         self.shrink_below, self.shrink_after = shrink_below, shrink_after
@@ -103,6 +102,8 @@ class Leases:
         self.t0 = time.time()
         for m in range(pool.size):
             self._resize(m, min(self.unit, pool.nslabs[m]))
+            if pool.role == "client" and m:
+                self._lend(m)                 # connect() asked for one lease already
         self._stop = threading.Event()
         self._thread = None
         if shrink_after < float("inf"):
@@ -142,7 +143,12 @@ class Leases:
                 return                         # nothing left to lend: the caller says so
             _, neg = max(spare)
             m = -neg
-            self._resize(m, min(pool.nslabs[m], self.leased(m) + self.unit))
+            old = self.leased(m)
+            self._resize(m, min(pool.nslabs[m], old + self.unit))
+            if not self._lend(m):             # a server said no: it has no more for us
+                self._resize(m, old)
+                allowed.remove(m)
+                continue
             self._event(m, "grow")
 
     # -- shrinking (a thread of its own, every shrink_after / 4, at most 1 s) -------------------
@@ -199,8 +205,22 @@ class Leases:
         self.low_since[m] = None
         self._event(m, "shrink")
 
+    def _lend(self, m):
+        """A client of memory servers: tell server m what it lends now (it counts that
+        against its memory, and punches out what it gets back); whether it agreed."""
+        pool = self.pool
+        if pool.role != "client":
+            return True
+        from collectives.control import ServerRefused
+        try:
+            return pool.world.lend(m, pool.win_rw.buffer, self.leased(m) * pool.slab_size)
+        except ServerRefused:
+            return False
+
     def _punch(self, heap, m, lo, hi):
         pool = self.pool
+        if pool.role == "client":
+            return heap == "ro" or self._lend(m)   # one heap per server: its rw allocation
         if m == pool.me:
             view = pool.local[heap]
         else:
@@ -229,3 +249,39 @@ class Leases:
 
     def close(self):
         self._stop.set()
+
+
+def server_lend(server, client, msg):
+    """A memory server's answer to {"op": "lend", "id", "bytes"}: make `bytes` of the
+    client's allocation `id` what it lends (counted against --memory and the client's
+    partition); less than before punches the rest out of the segment."""
+    import numpy as np
+    aid, n = msg.get("id"), msg.get("bytes")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (aid, n)) or n < 0:
+        return {"ok": False, "error": "lend needs an integer id and bytes >= 0"}
+    a = client.allocs.get(aid)
+    if a is None:
+        return {"ok": False, "error": f"no allocation {aid} on this connection"}
+    new = min(a.size, -(-n // PAGE) * PAGE)
+    with server._lock:
+        old = a.lent
+        delta = new - old
+        if delta > 0:
+            free = server.memory - server._used
+            why = server.ledger.refusal(a.partition, delta, free) if delta <= free else \
+                f"cannot lend {delta} more bytes: {free} bytes free"
+            if why is not None:
+                server.counters["refused"] += 1
+                return {"ok": False, "error": why,
+                        "free": server.ledger.free_to(a.partition, free)}
+            server._used += delta
+            server.ledger.take(a.partition, delta)
+            a.lent = new
+    punched = True
+    if delta < 0:
+        punched = punch(np.frombuffer(memoryview(a.seg), np.uint8), new, old)
+        with server._lock:
+            server._used += delta
+            a.lent = new
+        server.ledger.give_back(a.partition, -delta)
+    return {"ok": True, "lent": new, "punched": punched, "free": server.free}

@@ -107,9 +107,9 @@ def _lease_args(lease, grow_below, shrink_below, shrink_after, slab, connect):
     """init()'s lease settings checked (leases.check), for a plain script's pool only."""
     from . import leases
     got = leases.check(lease, grow_below, shrink_below, shrink_after, slab)
-    if got is not None and (connect is not None or _launched()):
+    if got is not None and connect is None and _launched():
         raise ValueError("lease= is for a plain script's pool: under mpiexec or the "
-                         "launcher, or on memory servers, members lend all their memory")
+                         "launcher every rank lends all its memory")
     return got
 
 

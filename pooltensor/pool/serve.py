@@ -149,11 +149,12 @@ class _Hostile(Exception):
 
 
 class _Alloc:
-    __slots__ = ("id", "seg", "size", "keys", "released", "partition")
+    __slots__ = ("id", "seg", "size", "keys", "released", "partition", "lent")
 
-    def __init__(self, aid, seg, size, partition):
+    def __init__(self, aid, seg, size, partition, lent):
         self.id, self.seg, self.size, self.keys = aid, seg, size, []
         self.partition = partition
+        self.lent = lent            # bytes counted against --memory (leases.py: lend)
         self.released = False
 
 
@@ -450,7 +451,10 @@ class Server:
             size, access = msg.get("size"), msg.get("access")
             if not isinstance(size, int) or isinstance(size, bool) or access not in _ACCESS:
                 raise _Hostile("alloc needs an integer size and access 'r' or 'rw'")
-            return self._alloc(c, size, access)
+            lent = msg.get("lent")
+            if lent is not None and (not isinstance(lent, int) or isinstance(lent, bool)):
+                raise _Hostile("alloc's lent must be an integer")
+            return self._alloc(c, size, access, lent)
         if op == "register":
             aid, access = msg.get("id"), msg.get("access")
             if not isinstance(aid, int) or access not in _ACCESS:
@@ -473,6 +477,9 @@ class Server:
             return self._plan(c, msg)
         if op == "partition":
             return _partitions.join(self, c, msg.get("name"))
+        if op == "lend":
+            from .leases import server_lend
+            return server_lend(self, c, msg)
         if op == "info":
             with self._lock:
                 clients = sum(1 for x in self._clients if x.authenticated)
@@ -506,7 +513,7 @@ class Server:
             view = c.views[aid] = HeapView(a, rank, size, slab, self.allow_code)
         return {"ok": True, "data": self._handle(view, data)}
 
-    def _alloc(self, c, size, access):
+    def _alloc(self, c, size, access, lent=None):
         if size <= 0:
             return {"ok": False, "error": f"size must be positive, not {size}"}
         limit = self.limits["allocations"]
@@ -519,6 +526,8 @@ class Server:
         if full:
             return full
         rounded = -(-size // PAGE) * PAGE
+        whole, rounded = rounded, rounded if lent is None else \
+            min(rounded, max(0, -(-lent // PAGE) * PAGE))     # what counts: what is lent
         with self._lock:
             free = self.memory - self._used
             why = self.ledger.refusal(c.partition, rounded, free) if rounded <= free else \
@@ -531,7 +540,7 @@ class Server:
             self._used += rounded
             self.ledger.take(c.partition, rounded)
         try:
-            seg = _native.Segment(rounded)
+            seg = _native.Segment(whole)
             self._ctx.add_segment(seg)
         except (MemoryError, _native.Error) as e:
             with self._lock:
@@ -540,7 +549,7 @@ class Server:
             return {"ok": False, "free": self.free,
                     "error": f"cannot allocate {size} bytes: the server's memory or segment "
                              f"table is exhausted ({_native_text(e)})"}
-        a = _Alloc(c.next_id, seg, rounded, c.partition)
+        a = _Alloc(c.next_id, seg, whole, c.partition, rounded)
         c.next_id += 1
         reply = self._register(a, access)
         if not reply["ok"]:
@@ -593,8 +602,8 @@ class Server:
         a.keys = []
         a.seg = None               # the last reference: the memfd is unmapped and closed
         with self._lock:
-            self._used -= a.size
-        self.ledger.give_back(a.partition, a.size)
+            self._used -= a.lent
+        self.ledger.give_back(a.partition, a.lent)
 
 
 def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle=None,
