@@ -341,6 +341,8 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
                 free = int(s.request({"op": "partition", "name": partition})["free"])
                 where = f" to partition {partition!r}"
             want = free if memory is None else int(memory)
+            if lend is None and s.facts.get("lease"):
+                lend = int(s.facts["lease"])     # the server asks its clients to lend so
             if lend is not None and 0 < int(lend) <= free and want > 0:
                 grants.append(want)           # counted: only the lease lent at first
                 continue

@@ -45,6 +45,10 @@ def _parser():
                    help="declare a partition (repeatable), e.g. prod=64GiB:128GiB: RESERVE is "
                         "held for it, LIMIT caps it (omitted: no cap); clients name theirs "
                         "with pooltensor.init(partition=NAME)")
+    s.add_argument("--lease", metavar="SIZE",
+                   help="clients that do not choose lend their grant in leases of SIZE (e.g. "
+                        "128MiB): only what they lend counts against --memory, and what they "
+                        "stop using comes back")
     s.add_argument("--metrics", metavar="HOST:PORT",
                    help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
                         "every interface)")
@@ -100,11 +104,16 @@ def main(argv=None):
             parts = [parse_spec(x) for x in args.partition]
         except (TypeError, ValueError) as e:
             p.error(f"--partition: {e}")
+        try:
+            lease = None if args.lease is None else parse_bytes(args.lease)
+        except ValueError as e:
+            p.error(f"--lease: {e}")
         from collectives.errors import PooltensorError
         try:
             from .ops.members import handle
             return serve(memory, args.listen, args.secret_file, args.data_port, handle,
-                         args.allow_code, metrics=args.metrics, partitions=parts)
+                         args.allow_code, metrics=args.metrics, partitions=parts,
+                         lease=lease)
         except (ValueError, OSError, PooltensorError) as e:    # bad --listen, port taken, ...
             print(f"pooltensor serve: {e}", file=sys.stderr)
             return 1

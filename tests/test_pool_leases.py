@@ -131,3 +131,19 @@ def test_memory_server_lends_in_leases(server):
     y = pt.full(20 * MiB // 8, 2.0)            # lent again: right values
     assert float(y.sum()) == 2.0 * (20 * MiB // 8)
     info.close()
+
+
+def test_serve_lease_flag_makes_clients_lend_in_leases(tmp_path):
+    secret = make_secret(tmp_path)
+    s = ServerProc("32MiB", secret, extra=("--lease", "4MiB")).ready()
+    try:
+        pt.finalize()
+        pool = pt.init(connect=[s.address], secret_file=secret, slab_size=MiB,
+                       cache_bytes=4 * MiB)
+        st = pool.stats()["leases"]
+        assert st["lease"] == 4 * MiB and st["lent"] == [0, 4 * MiB]
+        x = pt.ones(10 * MiB // 8)
+        assert pool.leases.stats()["lent"][1] >= 12 * MiB and float(x.sum()) == 10 * MiB // 8
+    finally:
+        pt.finalize()
+        s.stop()

@@ -22,7 +22,7 @@ from collectives.errors import PeerLost, PooltensorError, Timeout
 
 from . import rejoin
 from ..errors import PoolOutOfMemory
-from .pool import Pool
+from .pool import DEFAULT_SLAB, Pool
 
 log = logging.getLogger("pooltensor")
 
@@ -99,6 +99,10 @@ def start(connect, *, secret_file=None, memory=None, timeout=None, partition=Non
             raise
         raise PoolOutOfMemory(str(e), free={e.rank: e.free}, needed=e.wanted,
                               partition=partition) from None
+    if leases is None and world.lent:        # the servers asked for leases (serve --lease)
+        from .leases import check
+        leases = check(max(world.lent.values()), None, None, None, kw.get("slab_size") or
+                       DEFAULT_SLAB)
     try:
         pool = Pool(world, role="client", memory=0, owns_world=True, leases=leases,
                     partition=None if partition is None else (partition, 0, None), **kw)

@@ -221,7 +221,8 @@ class Server:
     (keywords of check_limits) are described in the module docstring."""
 
     def __init__(self, memory, host="127.0.0.1", port=7000, secret=b"", data_port=0,
-                 log=None, handle=None, allow_code=False, partitions=(), **limits):
+                 log=None, handle=None, allow_code=False, partitions=(), lease=None,
+                 **limits):
         if len(secret) < _ctl.MIN_SECRET:
             raise ValueError(f"the secret must be at least {_ctl.MIN_SECRET} bytes")
         self.memory = max(PAGE, int(memory) // PAGE * PAGE)   # whole pages: what segments hold
@@ -237,6 +238,7 @@ class Server:
         self._lock = threading.Lock()
         self._used = 0
         self.ledger = _partitions.Ledger(self.memory, partitions)   # --partition
+        self.lease = lease                                          # --lease
         self._clients = set()
         self._seq = 0
         self._stop = threading.Event()
@@ -385,7 +387,8 @@ class Server:
             facts = {"memory": self.memory, "free": self.free, "data_port": self.data_port,
                      "pid": os.getpid(), "host": socket.gethostname(),
                      "machine": machine_identity(),      # where replicas go (pool/replicas.py)
-                     "plans": self._handle is not None, "code": self.allow_code}
+                     "plans": self._handle is not None, "code": self.allow_code,
+                     "lease": self.lease}     # clients lend in leases of this (leases.py)
             if not _ctl.server_handshake(c.sock, self._secret, facts, deadline,
                                          lambda: self._admit(c)):
                 with self._lock:
@@ -607,7 +610,7 @@ class Server:
 
 
 def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle=None,
-          allow_code=False, metrics=None, partitions=(), **limits):
+          allow_code=False, metrics=None, partitions=(), lease=None, **limits):
     """Run a memory server until SIGTERM/SIGINT; returns the exit status (0 on a clean stop).
 
     Secret: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the default path
@@ -631,7 +634,7 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle
         from . import metrics as _metrics
         mhost, mport = _metrics.parse(metrics, what="--metrics")
     server = Server(memory, host, port, secret, data_port, log, handle, allow_code,
-                    partitions, **limits).start()
+                    partitions, lease, **limits).start()
     exporter = None
     if metrics is not None:
         ctx = server._ctx
