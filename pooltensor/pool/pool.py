@@ -379,8 +379,9 @@ class Pool:
                         free={m: free[m] * S for m in range(self.size)},
                         needed=nbytes)
                 part = self.partitions.current()
-                why = self.partitions.refusal(part, n * copies * S,
-                                              sum(free[m] for m in allowed) * S)
+                why = self.partitions.refusal(part, n * copies * S, S * sum(   # lendable too
+                    self.nslabs[m] - self._used[m] for m in allowed
+                    if m not in self.keeper.gone))
                 if why is not None:
                     raise PoolOutOfMemory(why, free={m: free[m] * S for m in range(self.size)},
                                           needed=int(nbytes), partition=part)
@@ -466,37 +467,31 @@ class Pool:
 
     # -- locks and versions of whole arrays (locks.py, versions.py) ---------------------------
     def lock(self, name, timeout=None, lease=locks_.DEFAULT_LEASE):
-        """``with pool.lock(name, timeout=):`` mutual exclusion across the pool's processes,
-        fair (first come, first served), released `lease` seconds after a holder dies;
-        Timeout after `timeout` seconds (default: the pool's), PeerLost if member 0 is gone."""
+        """``with pool.lock(name, timeout=):`` a fair lock across the pool's processes that a
+        dead holder loses after `lease` seconds (locks.py)."""
         self.check_open()
         return self.locks.lock(name, timeout, lease)
 
     def version(self, x):
-        """The version of array x's memory: moves with every write to it that this pool
-        tracks (see versions.py)."""
+        """The version of array x: moves with every write to it (versions.py)."""
         return versions_.version(self, x)
 
     def compare_and_bump(self, x, expected, timeout=None):
-        """Bump x's version if it is still `expected`, atomically across the pool; returns
-        whether it did (versions.py)."""
+        """Bump x's version if it is still `expected`; whether it did (versions.py)."""
         return versions_.compare_and_bump(self, x, expected, timeout)
 
     def update(self, x, fn, timeout=None):
-        """x[...] = fn(x as numpy) as one atomic read-modify-write across the pool's
-        processes (under x's lock); returns the new value (versions.py)."""
+        """x[...] = fn(x as numpy), atomically under x's lock; the new value (versions.py)."""
         return versions_.update(self, x, fn, timeout)
 
     def check(self):
-        """Whether the directory, allocators, partitions, versions and replicas agree: a
-        report dict {"ok", "checked", "differences"} (check.py)."""
+        """{"ok", "checked", "differences"}: do directory, books, versions agree? (check.py)"""
         from . import check
         self.check_open()
         return check.run(self)
 
     def rebalance(self):
-        """Move hot slabs to their reader, then even out the members' use (migrate.py);
-        returns the slabs moved."""
+        """Hot slabs to their reader, then even use out; slabs moved (migrate.py)."""
         self.check_open()
         return self.mover.rebalance()
 
