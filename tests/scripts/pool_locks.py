@@ -2,7 +2,8 @@
 
     pool_locks.py count N     every rank adds 1 to a shared counter array N times with
                               pool.update (read-modify-write under the array's lock); then a
-                              holder that keeps beating is not robbed, a waiter times out
+                              holder that keeps beating is not robbed, a waiter times out,
+                              and a partition's limit refuses on every rank alike
     pool_locks.py kill        rank 1 takes a lock and is SIGKILLed holding it; the others
                               take it once its lease runs out
 
@@ -73,6 +74,17 @@ def count(pool, n):
     pt.sync()
     st = pool.stats()["locks"]
     assert st["lease_lost"] == 0 and st["held"] == [], st
+    # a partition in SPMD: every rank refuses the same creation, and the pool goes on
+    with pool.partition("job", limit=64 << 10):
+        a = pt.zeros(4096, dtype=np.int64)          # 32 KiB of the 64
+        try:
+            pt.zeros(8192, dtype=np.int64)
+            raise AssertionError("over the partition's limit")
+        except pt.PoolOutOfMemory as e:
+            assert e.partition == "job", e
+    pt.sync()
+    assert pool.stats()["partitions"]["job"]["used"] == 32 << 10
+    del a
     print(f"rank {me} count ok {st['acquired']}", flush=True)
 
 
