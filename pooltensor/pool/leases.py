@@ -169,7 +169,9 @@ class Leases:
         with pool._lock:
             if pool.closed:
                 return
-            pool.collect_frees()
+            # frees queued since the last safe point are not applied here: that touches the
+            # slab cache, which only the reading thread does (they count at the next
+            # allocation, sync() or stats())
             for m in range(pool.size):
                 lent = self.leased(m)
                 if lent <= self.unit or pool._used[m] >= self.shrink_below * lent:
