@@ -127,8 +127,11 @@ class RemoteWorld(counters.Counted, LocalMemory):
 
     how = "connect"
 
-    def __init__(self, servers, ctx, grants, timeout, secret=None):
+    def __init__(self, servers, ctx, grants, timeout, secret=None, partition=None,
+                 lend=None):
         self.timeout = timeout
+        self.lent = {} if lend is None else {r: int(lend) for r in range(1, len(servers) + 1)}
+        self.partition = partition            # what the servers count this process against
         self._secret = secret
         self._windows = []                    # (weakref to a Window, id(buffer), access, fresh)
         self.restarts = [0] * (len(servers) + 1)   # rejoins after a restart, per rank
@@ -187,7 +190,10 @@ class RemoteWorld(counters.Counted, LocalMemory):
                 else:
                     want = self.grants[r] if remote is None else (
                         remote[r] if isinstance(remote, (list, tuple)) else int(remote))
-                    rep = srv.request({"op": "alloc", "size": int(want), "access": access})
+                    msg = {"op": "alloc", "size": int(want), "access": access}
+                    if remote is None and r in self.lent:
+                        msg["lent"] = self.lent[r]     # the rest is lent later, if at all
+                    rep = srv.request(msg)
                     size, aid = int(rep["size"]), rep["id"]
                 keys.append(int(rep["key"]))
                 sizes.append(size)
@@ -218,11 +224,16 @@ class RemoteWorld(counters.Counted, LocalMemory):
         old = self._servers[rank]
         srv = _Server(rank, old.address, self._secret, self.timeout)
         try:
+            if self.partition is not None:
+                srv.request({"op": "partition", "name": self.partition})
             fresh = {}                        # id(buffer) -> (allocation id, key)
             for bid, (buffer, ids, sizes) in self._exposed.items():
                 acc = next((a for ref, b, a, first in self._windows if b == bid and first),
                            "rw")
-                rep = srv.request({"op": "alloc", "size": int(sizes[rank]), "access": acc})
+                msg = {"op": "alloc", "size": int(sizes[rank]), "access": acc}
+                if rank in self.lent:
+                    msg["lent"] = self.lent[rank]
+                rep = srv.request(msg)
                 ids[rank] = rep["id"]
                 fresh[bid] = int(rep["key"])
             for ref, bid, acc, first in self._windows:
@@ -243,6 +254,15 @@ class RemoteWorld(counters.Counted, LocalMemory):
         except _native.Error as e:
             raise_native(e, rank=rank, host=srv.address, what="rejoin")
         self.restarts[rank] += 1
+
+    def lend(self, rank, buffer, nbytes):
+        """Tell server `rank` that `nbytes` of the memory exposed with `buffer` are lent to
+        this process now (it counts those; less than before, it frees the rest). True, or
+        ServerRefused when it has not that much to lend."""
+        aid = self._exposed[id(buffer)][1][rank]
+        self._servers[rank].request({"op": "lend", "id": aid, "bytes": int(nbytes)})
+        self.lent[rank] = int(nbytes)
+        return True
 
     def allocation_ids(self, buffer):
         """Per rank, the server's id of the memory exposed with `buffer` (None for rank 0)."""
@@ -289,12 +309,17 @@ class RemoteWorld(counters.Counted, LocalMemory):
                f"{', '.join(self.hosts[1:])}>"
 
 
-def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=None):
+def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=None,
+            partition=None, lend=None):
     """A RemoteWorld over memory servers ("host:port" each, or one comma-separated string).
 
     memory: bytes to ask each server for (default: all it has free now); a server with less
     free is an error naming it. secret_file: the servers' secret (default
-    $POOLTENSOR_SECRET_FILE, else `pooltensor serve`'s default file)."""
+    $POOLTENSOR_SECRET_FILE, else `pooltensor serve`'s default file). partition: the
+    partition of the servers (`pooltensor serve --partition`) this process's memory counts
+    against; "free" is then what is free to it (ServerRefused naming it, with .free set,
+    when that is less than asked). lend: bytes of each grant the servers count at first
+    (the rest is lent later with RemoteWorld.lend; `memory` may then exceed what is free)."""
     addrs = addresses(servers)
     if len(set(addrs)) != len(addrs):
         raise ValueError(f"connect= names a server twice: {addrs}")
@@ -311,11 +336,22 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
         grants = []
         for s in conns:
             free = int(s.facts.get("free", 0))
+            where = ""
+            if partition is not None:
+                free = int(s.request({"op": "partition", "name": partition})["free"])
+                where = f" to partition {partition!r}"
             want = free if memory is None else int(memory)
+            if lend is None and s.facts.get("lease"):
+                lend = int(s.facts["lease"])     # the server asks its clients to lend so
+            if lend is not None and 0 < int(lend) <= free and want > 0:
+                grants.append(want)           # counted: only the lease lent at first
+                continue
             if want <= 0 or want > free:
-                raise ServerRefused(f"memory server {s.address} has {free} bytes free; "
-                                    f"{'asked for ' + str(want) if memory else 'none left'}",
-                                    rank=s.rank, host=s.address)
+                e = ServerRefused(f"memory server {s.address} has {free} bytes free{where}; "
+                                  f"{'asked for ' + str(want) if memory else 'none left'}",
+                                  rank=s.rank, host=s.address)
+                e.free, e.wanted = free, want
+                raise e
             grants.append(want)
         ctx = _native.Context(0, len(addrs) + 1, threads)
         ctx.set_secret(secret)
@@ -325,7 +361,7 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
                 ctx.connect_tcp(s.rank, s.ip, s.data_port)
             except _native.Error as e:
                 raise_native(e, rank=s.rank, host=s.address, what="connect")
-        return RemoteWorld(conns, ctx, grants, timeout, secret)
+        return RemoteWorld(conns, ctx, grants, timeout, secret, partition, lend)
     except BaseException:
         for s in conns:
             s.close()

@@ -42,11 +42,19 @@ def _parser():
                    help="also run code that authenticated clients send (pooltensor.map_blocks "
                         "functions); without it the server computes only numpy's operations "
                         "on the slabs it holds")
+    s.add_argument("--partition", action="append", default=[], metavar="NAME=RESERVE:LIMIT",
+                   help="declare a partition (repeatable), e.g. prod=64GiB:128GiB: RESERVE is "
+                        "held for it, LIMIT caps it (omitted: no cap); clients name theirs "
+                        "with pooltensor.init(partition=NAME)")
+    s.add_argument("--lease", metavar="SIZE",
+                   help="clients that do not choose lend their grant in leases of SIZE (e.g. "
+                        "128MiB): only what they lend counts against --memory, and what they "
+                        "stop using comes back")
     s.add_argument("--metrics", metavar="HOST:PORT",
                    help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
                         "every interface)")
-    from .commands import bench, info, stats
-    for command in (info, stats, bench):
+    from .commands import bench, check, info, stats
+    for command in (info, stats, bench, check):
         command.add_parser(sub)
     d = sub.add_parser(
         "doctor", help="check this machine and what it reaches (huge pages, secret file, "
@@ -108,11 +116,21 @@ def main(argv=None):
             p.error(f"--memory: {e}")
         if not 0 <= args.data_port <= 65535:
             p.error(f"--data-port must be 0..65535, not {args.data_port}")
+        from .pool.partitions import parse_spec
+        try:
+            parts = [parse_spec(x) for x in args.partition]
+        except (TypeError, ValueError) as e:
+            p.error(f"--partition: {e}")
+        try:
+            lease = None if args.lease is None else parse_bytes(args.lease)
+        except ValueError as e:
+            p.error(f"--lease: {e}")
         from collectives.errors import PooltensorError
         try:
             from .ops.members import handle
             return serve(memory, args.listen, args.secret_file, args.data_port, handle,
-                         args.allow_code, metrics=args.metrics)
+                         args.allow_code, metrics=args.metrics, partitions=parts,
+                         lease=lease)
         except (ValueError, OSError, PooltensorError) as e:    # bad --listen, port taken, ...
             print(f"pooltensor serve: {e}", file=sys.stderr)
             return 1

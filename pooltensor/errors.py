@@ -8,11 +8,13 @@ from collectives.errors import PooltensorError
 
 
 class PoolOutOfMemory(PooltensorError, MemoryError):
-    """The pool has too few free slabs for an allocation. ``free`` maps member -> free bytes."""
+    """The pool has too few free slabs for an allocation. ``free`` maps member -> free bytes;
+    ``partition`` names the partition that refused it (None: the memory itself)."""
 
-    def __init__(self, message, *, free=None, needed=None, **kw):
+    def __init__(self, message, *, free=None, needed=None, partition=None, **kw):
         self.free = dict(free or {})
         self.needed = needed
+        self.partition = partition
         if free is not None:
             parts = ", ".join(f"member {m}: {b} B" for m, b in sorted(self.free.items()))
             message = f"{message}; free per member: {parts}"

@@ -344,6 +344,13 @@ class ndarray(NDArrayOperatorsMixin):
         return ("pooltensor.ndarray", getattr(a.pool, "token", id(a.pool)), a.id, a.version,
                 self._off, self._shape, self._strides, self._dtype.str)
 
+    def migrate(self, placement):
+        """Move this array's slabs to the homes `placement` gives them (a placement policy
+        or member list, as at creation); returns the slabs moved (pooltensor/pool/migrate.py).
+        Not under SPMD."""
+        self._check()
+        return self._a.pool.mover.migrate(self, placement)
+
     def to_numpy(self, copy=None):
         """The elements as a numpy array.
 

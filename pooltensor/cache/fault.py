@@ -12,7 +12,10 @@ def fetch(pool, heap, m, slot, nbytes, asynchronous=False):
     lands in between makes the copy look older than it is, never newer."""
     cache = pool.cache
     frame = cache.frame()
-    version = pool.version(m, slot) if (pool.coherent and heap == "rw") else 0
+    version = pool.slab_version(m, slot) if (pool.coherent and heap == "rw") else 0
+    mover = getattr(pool, "mover", None)
+    if mover is not None:
+        mover.note(heap, m, slot)        # the access counts migration samples (pool/migrate.py)
     win = pool.read_win[heap]
     off = slot * pool.slab_size
     try:

@@ -110,6 +110,27 @@ class SlabAllocator:
                 self._lens.insert(i, n)
             self.nfree += n
 
+    def resize(self, n):
+        """Make the heap `n` slabs long (leases.py: growing lends more of the member's memory,
+        shrinking gives the tail back). Shrinking needs slabs [n, nslabs) free; returns
+        whether it was done. The last free run still ends at the heap's end afterwards."""
+        n = int(n)
+        if n >= self.nslabs:
+            if n > self.nslabs:
+                grow, self.nslabs = n - self.nslabs, n
+                self.free([(n - grow, grow)])
+            return True
+        if not self._starts or self._starts[-1] + self._lens[-1] != self.nslabs or \
+                self._starts[-1] > n:
+            return False
+        cut = self.nslabs - n
+        self._lens[-1] -= cut
+        if not self._lens[-1]:
+            del self._starts[-1], self._lens[-1]
+        self.nfree -= cut
+        self.nslabs = n
+        return True
+
     def free_runs(self):
         """The free runs, ascending: [(start, length), ...]."""
         return list(zip(self._starts, self._lens))

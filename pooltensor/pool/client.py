@@ -21,7 +21,8 @@ from collectives import remote
 from collectives.errors import PeerLost, PooltensorError, Timeout
 
 from . import rejoin
-from .pool import Pool
+from ..errors import PoolOutOfMemory
+from .pool import DEFAULT_SLAB, Pool
 
 log = logging.getLogger("pooltensor")
 
@@ -84,11 +85,27 @@ def connect_from_env():
     return v or None
 
 
-def start(connect, *, secret_file=None, memory=None, timeout=None, **kw):
-    """Connect to the servers and build the client Pool on them."""
-    world = remote.connect(connect, secret_file=secret_file, memory=memory, timeout=timeout)
+def start(connect, *, secret_file=None, memory=None, timeout=None, partition=None, leases=None,
+          **kw):
+    """Connect to the servers and build the client Pool on them. partition: the servers'
+    partition this process counts against (PoolOutOfMemory naming it when a server has
+    less free to it than asked)."""
     try:
-        pool = Pool(world, role="client", memory=0, owns_world=True, **kw)
+        world = remote.connect(connect, secret_file=secret_file, memory=memory,
+                               timeout=timeout, partition=partition,
+                               lend=leases[0] if leases else None)
+    except remote.ServerRefused as e:
+        if partition is None or getattr(e, "free", None) is None:
+            raise
+        raise PoolOutOfMemory(str(e), free={e.rank: e.free}, needed=e.wanted,
+                              partition=partition) from None
+    if leases is None and world.lent:        # the servers asked for leases (serve --lease)
+        from .leases import check
+        leases = check(max(world.lent.values()), None, None, None, kw.get("slab_size") or
+                       DEFAULT_SLAB)
+    try:
+        pool = Pool(world, role="client", memory=0, owns_world=True, leases=leases,
+                    partition=None if partition is None else (partition, 0, None), **kw)
     except BaseException:
         world.close()
         raise

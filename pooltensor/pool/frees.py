@@ -56,6 +56,7 @@ def apply(pool, pend):
                 if m != pool.me:
                     pool.cache.discard_keys([(heap, m, s) for s in ss])
                     rejoin.given_back(pool, m, ss)
+        pool.partitions.forget(aid)
         pool._live -= 1
 
 

@@ -169,12 +169,14 @@ class Exporter:
     arguments of families(). host "" or "0.0.0.0": every interface; port 0: any free one
     (self.port says which)."""
 
-    def __init__(self, scrape, host, port):
+    def __init__(self, scrape, host, port, routes=None):
         from prometheus_client import CollectorRegistry, start_http_server
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(scrape))
         self._server, self._thread = start_http_server(port, host or "0.0.0.0",
                                                        registry=self.registry)
+        if routes:          # more paths, each answered with the JSON its callable returns
+            self._server.set_app(_with_routes(self._server.get_app(), routes))
         self.host, self.port = host or "0.0.0.0", self._server.server_port
 
     def close(self):
@@ -185,6 +187,26 @@ class Exporter:
 
     def __repr__(self):
         return f"<pooltensor metrics on http://{self.host}:{self.port}/metrics>"
+
+
+def _with_routes(app, routes):
+    """A WSGI app answering `routes` (path -> callable returning a JSON-able value), the
+    rest by `app`."""
+    import json
+
+    def routed(environ, start_response):
+        fn = routes.get(environ.get("PATH_INFO"))
+        if fn is None:
+            return app(environ, start_response)
+        try:
+            body, status = json.dumps(fn()).encode(), "200 OK"
+        except Exception as e:            # noqa: BLE001 (said to the caller)
+            body = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+            status = "500 Internal Server Error"
+        start_response(status, [("Content-Type", "application/json"),
+                                ("Content-Length", str(len(body)))])
+        return [body]
+    return routed
 
 
 def parse(text, offset=0, what="metrics"):
@@ -224,4 +246,4 @@ def for_pool(pool, address):
         last[0] = use = use if use is not None else last[0]
         return {"member": str(pool.me), "entries": entries, "links": links, "usage": use,
                 "listen": {"tcp": world.listen_address} if world.listen_address else None}
-    return Exporter(scrape, host, port)
+    return Exporter(scrape, host, port, routes={"/check": pool.check})

@@ -45,6 +45,11 @@ from collectives.rendezvous.bootstrap import host_identity
 
 from . import agree
 from . import frees
+from . import leases as leases_
+from . import migrate as migrate_
+from . import locks as locks_
+from . import versions as versions_
+from . import partitions as partitions_
 from . import mapping
 from . import replicas as replicas_
 from . import placement as _placement
@@ -100,7 +105,7 @@ class Allocation:
     """The slabs holding one array's bytes; every view of the array shares it."""
 
     __slots__ = ("pool", "id", "nbytes", "heap", "members", "slots", "pf", "memo", "slab",
-                 "version", "copies", "lost", "__weakref__")
+                 "version", "copies", "lost", "partition", "__weakref__")
 
     def __init__(self, pool, aid, nbytes, heap, members, slots):
         self.pool, self.id, self.nbytes, self.heap = pool, aid, nbytes, heap
@@ -111,6 +116,7 @@ class Allocation:
         self.version = 0        # bumped by every write this process makes or is told of
         self.copies = None      # replicated: per slab, [(member, slot)] of its live copies
         self.lost = None        # slab -> member: slabs whose every copy was lost (replicas.py)
+        self.partition = None   # the partition its bytes count against (partitions.py)
 
     @property
     def access(self):
@@ -137,7 +143,7 @@ class Pool:
 
     def __init__(self, world, *, role, slab_size=None, memory=None, cache_bytes=None,
                  placement="block", materialize_limit=None, advanced_limit=None, procs=(),
-                 owns_world=False, attach=None):
+                 owns_world=False, attach=None, partition=None, leases=None, migrate=None):
         self.world = world
         self.role = role                       # "spmd", "plain", "member" or "client"
         client = role == "client"              # memory servers hold every slab (client.py)
@@ -198,6 +204,10 @@ class Pool:
         self.win_ver = world.expose(8 * self.nslabs[self.me], "rw") if self.coherent else None
         self.win_ctl = world.expose(64, "rw") if (not self.spmd and self.size > 1
                                                   and not client) else None
+        # pool locks (locks.py): a page on every member, used on member 0's; a client of memory
+        # servers is the only process of its pool and keeps the words in its own memory
+        self.win_lock = None if client else world.expose(locks_.BYTES, "rw")
+        self.locks = locks_.Locks(self, self.win_lock)
         self._private = None
         self.local = {"rw": self.win_rw.buffer, "ro": self.win_ro.buffer, "pv": None}
         self.read_win = {"rw": self.win_rw, "ro": self.win_ro}
@@ -230,6 +240,14 @@ class Pool:
         self.max_prefetch = 16
         self.pending = False     # a member was lost: reads repoint at their next slab
         self.keeper = replicas_.Keeper(self, cfg)
+        # leases=(lease, grow_below, shrink_below, shrink_after): lend a lease at a time
+        self.leases = leases_.Leases(self, *leases) if leases else None
+        self.mover = migrate_.Mover(self, **(migrate or {}))    # access counts, moves
+        # partition=(name, reserve, limit): the partition this pool's allocations count against
+        self.partitions = partitions_.Ledger(sum(self.nslabs) * S)
+        if partition is not None:
+            self.partitions.declare(*partition)
+            self.partitions.default = partition[0]
         world.barrier()
         self.keeper.start()
 
@@ -250,6 +268,14 @@ class Pool:
     def members(self):
         """Number of members (processes contributing memory)."""
         return self.size
+
+    def partition(self, name, reserve=None, limit=None):
+        """Allocations made inside ``with pool.partition(name):`` count against partition
+        `name` (declared here when reserve or limit is given; see partitions.py). In SPMD
+        every rank must use the same partitions, like placement (checked at creation)."""
+        if reserve is not None or limit is not None or name not in self.partitions.parts:
+            self.partitions.declare(name, reserve or 0, limit)
+        return self.partitions.using(name)
 
     def private_heap(self):
         """This member's private heap (made on first use, never exposed)."""
@@ -275,8 +301,9 @@ class Pool:
             call = agree.Call(op, shape, dtype,
                               agree.placement_key(self.placement if placement is None
                                                    else placement),
-                              access if replicas is None or replicas == 1
-                              else f"{access} replicas={replicas}",
+                              (access if replicas is None or replicas == 1
+                               else f"{access} replicas={replicas}")
+                              + partitions_.tag(self.partitions.current()),
                               targets=(("new allocation id, slabs", self._next_id + 1, n),))
         else:
             call = None
@@ -333,6 +360,8 @@ class Pool:
                         "placement='local' means the calling member, but in SPMD every rank "
                         "calls (creation is collective): use 'block' (a contiguous part on "
                         "each rank), a member list, or access='private' for this rank alone")
+                if self.leases is not None:        # lend more first, where it is short
+                    self.leases.grow_for(n * copies, self.keeper.room(policy)[1])
                 free, allowed = self.keeper.room(policy)
                 if self.role == "client" and not isinstance(policy, _placement.Explicit):
                     _placement.plan_servers(policy, 0, free)     # policy errors come first
@@ -349,6 +378,13 @@ class Pool:
                         f"placement {policy!r}{ever}",
                         free={m: free[m] * S for m in range(self.size)},
                         needed=nbytes)
+                part = self.partitions.current()
+                why = self.partitions.refusal(part, n * copies * S, S * sum(   # lendable too
+                    self.nslabs[m] - self._used[m] for m in allowed
+                    if m not in self.keeper.gone))
+                if why is not None:
+                    raise PoolOutOfMemory(why, free={m: free[m] * S for m in range(self.size)},
+                                          needed=int(nbytes), partition=part)
                 if self.role == "client":
                     homes = _placement.plan_servers(policy, n, free)
                 else:
@@ -372,6 +408,9 @@ class Pool:
             alloc = Allocation(self, aid, int(nbytes), heap, members, slots)
             if heap != "pv":
                 fresh = self.keeper.track(alloc, what, copies, extra, fresh)
+                self.mover.track(alloc)
+                alloc.partition = part
+                self.partitions.take(part, n * copies * S, owner=aid)
             self._live += 1
             f = weakref.finalize(alloc, self._queue_free, alloc.id, heap, members, slots,
                                  alloc.copies)
@@ -410,7 +449,7 @@ class Pool:
         return frees.collect(self, call, failed)
 
     # -- versions (SPMD coherence) -------------------------------------------------------------
-    def version(self, m, slot):
+    def slab_version(self, m, slot):
         """The home's version of rw slab (m, slot): an atomic read (compare_swap 0 -> 0)."""
         return rejoin.read_version(self.win_ver, m, slot)
 
@@ -425,6 +464,36 @@ class Pool:
                     e.version = old + 1
                 else:
                     self.cache.discard(e)
+
+    # -- locks and versions of whole arrays (locks.py, versions.py) ---------------------------
+    def lock(self, name, timeout=None, lease=locks_.DEFAULT_LEASE):
+        """``with pool.lock(name, timeout=):`` a fair lock across the pool's processes that a
+        dead holder loses after `lease` seconds (locks.py)."""
+        self.check_open()
+        return self.locks.lock(name, timeout, lease)
+
+    def version(self, x):
+        """The version of array x: moves with every write to it (versions.py)."""
+        return versions_.version(self, x)
+
+    def compare_and_bump(self, x, expected, timeout=None):
+        """Bump x's version if it is still `expected`; whether it did (versions.py)."""
+        return versions_.compare_and_bump(self, x, expected, timeout)
+
+    def update(self, x, fn, timeout=None):
+        """x[...] = fn(x as numpy), atomically under x's lock; the new value (versions.py)."""
+        return versions_.update(self, x, fn, timeout)
+
+    def check(self):
+        """{"ok", "checked", "differences"}: do directory, books, versions agree? (check.py)"""
+        from . import check
+        self.check_open()
+        return check.run(self)
+
+    def rebalance(self):
+        """Hot slabs to their reader, then even use out; slabs moved (migrate.py)."""
+        self.check_open()
+        return self.mover.rebalance()
 
     def note_export(self, slot, owner):
         """A writeable view of local rw slab `slot` was handed out (see sync())."""
@@ -463,6 +532,7 @@ class Pool:
             if w is not None:
                 w.flush()
         if not self.coherent:
+            self.mover.migrate_hot()       # a safe point: slabs read most here move here
             self.collect_frees()
             return failed
         for slot, ws in list(self._exports.items()):   # writes through exported views
@@ -485,7 +555,11 @@ class Pool:
         with self._lock:
             if not self.coherent:
                 self.collect_frees()
-            return [(self.nslabs[m] - self._used[m]) * self.slab_size for m in range(self.size)]
+            return [(self.lent(m) - self._used[m]) * self.slab_size for m in range(self.size)]
+
+    def lent(self, m):
+        """Slabs member m lends the pool now (all of its heap, unless leases.py lends less)."""
+        return self._alloc["rw"][m].nslabs
 
     def stats(self, per_peer=False):
         """Usage per member, shares, fragmentation, cache counters and the transfers'
@@ -505,6 +579,8 @@ class Pool:
             return
         self.closed = True
         self.keeper.close()
+        if self.leases is not None:
+            self.leases.close()
         self.cache.gen += 1              # memos of x[i] fast paths stop matching
         self.cache.live.attached = False
         for r in list(self.views.values()):
@@ -534,7 +610,8 @@ class Pool:
             return
         if getattr(sys, "last_value", None) is not None and self.spmd and self.size > 1:
             return     # exiting on an uncaught error: the other ranks may not be closing
-        for w in (self.win_ctl, self.win_ver, self.win_ro_init, self.win_ro, self.win_rw):
+        for w in (self.win_lock, self.win_ctl, self.win_ver, self.win_ro_init, self.win_ro,
+                  self.win_rw):
             if w is not None:
                 try:
                     w.close()

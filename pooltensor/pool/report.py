@@ -49,7 +49,7 @@ def usage(pool, wait=-1):
             rw, ro = pool._alloc["rw"][m], pool._alloc["ro"][m]
             used_rw = pool._heap_used["rw"][m] * S
             used_ro = pool._heap_used["ro"][m] * S
-            free_slabs = pool.nslabs[m] - pool._used[m]
+            free_slabs = pool.lent(m) - pool._used[m]
             members.append({
                 "member": m, "host": pool.world.hosts[m], "capacity": pool.capacity[m],
                 "transport": pool.world.transports[m],
@@ -66,7 +66,11 @@ def usage(pool, wait=-1):
                            "free": pv.nfree * S,
                            "fragmentation": round(pv.fragmentation(), 4)},
                "cache": pool.cache.stats(), "plans": dict(pool.plans),
-               "replicas": pool.keeper.stats()}
+               "replicas": pool.keeper.stats(),
+               "partitions": pool.partitions.stats(),
+               "locks": pool.locks.stats(),
+               "leases": pool.leases.stats() if pool.leases is not None else None,
+               "migrations": pool.mover.stats()}
         for name, read in SECTIONS.items():
             got = read(pool)
             if got is not None:

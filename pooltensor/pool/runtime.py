@@ -25,7 +25,7 @@ _made = {}               # what the pool was made with: argument -> value (resol
 _init_lock = threading.Lock()
 # the arguments a second init() must agree on, in the order they are checked
 _AGREE = ("members", "slab_size", "cache_bytes", "placement", "memory", "materialize_limit",
-          "advanced_limit", "attach", "timeout", "connect")
+          "advanced_limit", "attach", "timeout", "connect", "partition")
 
 
 def _count(name, v, low):
@@ -76,7 +76,41 @@ def _made_with(pool, given):
             "memory": given["memory"], "materialize_limit": pool.materialize_limit,
             "advanced_limit": pool.advanced_limit, "attach": attach,
             "timeout": float(pool.timeout) if pool.timeout is not None else None,
-            "connect": list(pool.world.hosts[1:]) if pool.role == "client" else None}
+            "connect": list(pool.world.hosts[1:]) if pool.role == "client" else None,
+            "partition": pool.partitions.default}
+
+
+def _partition_args(name, reserve, limit, connect):
+    """init()'s partition=, reserve=, limit= checked: (name, reserve, limit) or None."""
+    if name is None:
+        if reserve is not None or limit is not None:
+            raise ValueError("reserve= and limit= are a partition's: name it with partition=")
+        return None
+    from .partitions import check_name
+    check_name(name)
+    if connect is not None and (reserve is not None or limit is not None):
+        raise ValueError("with connect=, the memory servers declare the partitions' "
+                         "reservations and limits (pooltensor serve --partition "
+                         "NAME=RESERVE:LIMIT): name one with partition= only")
+    return (name, 0 if reserve is None else reserve, limit)
+
+
+def _migrate_args(migrate):
+    """init()'s migrate= checked: a dict of the Mover's settings, or None."""
+    if migrate is None:
+        return None
+    from .migrate import check
+    return check(migrate)
+
+
+def _lease_args(lease, grow_below, shrink_below, shrink_after, slab, connect):
+    """init()'s lease settings checked (leases.check), for a plain script's pool only."""
+    from . import leases
+    got = leases.check(lease, grow_below, shrink_below, shrink_after, slab)
+    if got is not None and connect is None and _launched():
+        raise ValueError("lease= is for a plain script's pool: under mpiexec or the "
+                         "launcher every rank lends all its memory")
+    return got
 
 
 def _agree(pool, given):
@@ -88,6 +122,8 @@ def _agree(pool, given):
             continue
         if name == "placement":
             v = _placement.check(v, pool.size)
+        elif name == "partition":
+            v = v[0]
         elif name == "connect":
             if pool.role != "client":
                 raise ValueError("pooltensor is already initialized without memory servers; "
@@ -118,7 +154,9 @@ def _launched():
 
 def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memory=None,
          materialize_limit=None, advanced_limit=None, timeout=None, attach=None,
-         connect=None, secret_file=None, metrics=None):
+         connect=None, secret_file=None, metrics=None, partition=None, reserve=None,
+         limit=None, lease=None, grow_below=None, shrink_below=None, shrink_after=None,
+         migrate=None):
     """Join or build the pool and return it.
 
     A later call returns the same pool; an argument it gives that is not what the pool was
@@ -150,6 +188,20 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     counters to Prometheus at http://HOST:PORT/metrics (default $POOLTENSOR_METRICS; off
     when neither is set). Under SPMD each rank serves on PORT + its local rank. See
     pooltensor.pool.metrics.
+
+    partition, reserve, limit: the partition this process's arrays count against, with the
+    bytes reserved for it and its limit (ints or sizes such as "64GiB"; see
+    pooltensor.pool.partitions). With connect=, the servers declare their partitions
+    (``pooltensor serve --partition NAME=RESERVE:LIMIT``) and the client only names one.
+    More partitions in one pool: ``with pool.partition(name, reserve=, limit=): ...``.
+
+    lease: members lend their memory a lease at a time (True: 128 MiB, or bytes / a size);
+    grow_below (0.25), shrink_below (0.15), shrink_after (300 s): when the pool takes another
+    lease and when a member gets leases back (pages punched out: see pooltensor.pool.leases).
+    A plain script's pool only.
+
+    migrate: how slabs move to their readers (pooltensor.pool.migrate), a dict of budget
+    (bytes/s, default 1 GiB/s), ratio (4) and min_faults (8).
     """
     global _pool, _made
     from collectives import log
@@ -160,6 +212,7 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
         if connect is None and members is None and not _launched():
             connect = client.connect_from_env()
         given["connect"] = connect
+        given["partition"] = _partition_args(partition, reserve, limit, connect)
         if _pool is not None and not _pool.closed:
             _agree(_pool, given)
             _start_metrics(_pool, metrics)
@@ -169,6 +222,10 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
         kw = {k: given[k] for k in ("slab_size", "cache_bytes", "memory", "materialize_limit",
                                     "advanced_limit", "attach")}
         kw["placement"] = "block" if placement is None else placement
+        part = given["partition"]
+        kw["migrate"] = _migrate_args(migrate)
+        kw["leases"] = _lease_args(lease, grow_below, shrink_below, shrink_after,
+                                   slab_size or DEFAULT_SLAB, connect)
         if connect is not None:
             if _launched():
                 raise ValueError("connect= is for a plain script; under mpiexec or the "
@@ -178,24 +235,25 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
                                  "servers, the servers are the members")
             kw.pop("memory")
             pool = client.start(connect, secret_file=secret_file, memory=memory,
-                                timeout=timeout, **kw)
+                                timeout=timeout, partition=part and part[0], **kw)
         elif _launched():
             world = collectives.init(timeout)
             if members is not None and members != world.size:
                 raise ValueError(f"members={members}, but this SPMD job has {world.size} "
                                  f"ranks (under mpiexec or the launcher every rank is a "
                                  f"member)")
-            pool = Pool(world, role="spmd", **kw)
+            pool = Pool(world, role="spmd", partition=part, **kw)
         else:
             n = 1 if members is None else members
             if n == 1:
-                pool = Pool(collectives.init(timeout), role="plain", **kw)
+                pool = Pool(collectives.init(timeout), role="plain", partition=part, **kw)
             else:
                 procs, world, chans = spawn.start(
                     n, slab_size=slab_size or DEFAULT_SLAB, memory=memory, timeout=timeout,
                     cache_bytes=kw.get("cache_bytes"))
                 try:
-                    pool = Pool(world, role="plain", procs=procs, owns_world=True, **kw)
+                    pool = Pool(world, role="plain", procs=procs, owns_world=True,
+                                partition=part, **kw)
                 except BaseException:
                     spawn.kill(procs)
                     for ch in chans.values():

@@ -37,7 +37,6 @@ line is written whole, whatever the threads do).
 import logging
 import math
 import os
-import re
 import selectors
 import signal
 import socket
@@ -48,6 +47,9 @@ import time
 from collectives import _native
 from collectives import control as _ctl
 from collectives.rendezvous.bootstrap import machine_identity, parse_address
+
+from . import partitions as _partitions
+from .sizes import parse_bytes  # noqa: F401  (the command's, and the tests')
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 NATIVE_SEGMENTS = 256    # the native engine's tables: segments and registrations (keys)
@@ -60,22 +62,6 @@ ENV_LIMIT = "POOLTENSOR_SERVE_"
 _LIMITS = {"handshake_timeout": AUTH_TIMEOUT, "max_clients": MAX_CLIENTS,
            "max_per_host": MAX_PER_HOST, "max_pending": MAX_PENDING}
 _ACCESS = {"r": 1, "rw": 3}
-_SIZE = re.compile(r"^([0-9]*\.?[0-9]+(?:e[0-9]+)?)([kmgt]?)(i?)(b?)$")
-
-
-def parse_bytes(text):
-    """'8GiB', '8G', '512MiB', '1.5GB', '4096' -> bytes. K/M/G/T and KiB/MiB/GiB/TiB are
-    powers of 1024; KB/MB/GB/TB powers of 1000; 'B' alone is bytes."""
-    m = _SIZE.match(str(text).strip().lower().replace(" ", ""))
-    if m is None or (m.group(3) and not m.group(2)):
-        raise ValueError(f"not a size: {text!r} (e.g. 8GiB, 512MiB, 1000000)")
-    num, unit, binary, b = m.groups()
-    power = "kmgt".index(unit) + 1 if unit else 0
-    base = 1000 if (unit and b and not binary) else 1024
-    n = int(float(num) * base ** power)
-    if n <= 0:
-        raise ValueError(f"size must be positive, not {text!r}")
-    return n
 
 
 def human(n):
@@ -163,10 +149,12 @@ class _Hostile(Exception):
 
 
 class _Alloc:
-    __slots__ = ("id", "seg", "size", "keys", "released")
+    __slots__ = ("id", "seg", "size", "keys", "released", "partition", "lent")
 
-    def __init__(self, aid, seg, size):
+    def __init__(self, aid, seg, size, partition, lent):
         self.id, self.seg, self.size, self.keys = aid, seg, size, []
+        self.partition = partition
+        self.lent = lent            # bytes counted against --memory (leases.py: lend)
         self.released = False
 
 
@@ -218,6 +206,7 @@ class _Client:
         self.views = {}                # allocation id -> HeapView (plans run on it)
         self.next_id = 1
         self.state = "pending"         # -> "authed", or "dropped" (evicted while pending)
+        self.partition = _partitions.DEFAULT     # what its bytes count against
 
     @property
     def authenticated(self):
@@ -232,7 +221,8 @@ class Server:
     (keywords of check_limits) are described in the module docstring."""
 
     def __init__(self, memory, host="127.0.0.1", port=7000, secret=b"", data_port=0,
-                 log=None, handle=None, allow_code=False, **limits):
+                 log=None, handle=None, allow_code=False, partitions=(), lease=None,
+                 **limits):
         if len(secret) < _ctl.MIN_SECRET:
             raise ValueError(f"the secret must be at least {_ctl.MIN_SECRET} bytes")
         self.memory = max(PAGE, int(memory) // PAGE * PAGE)   # whole pages: what segments hold
@@ -247,6 +237,8 @@ class Server:
         self._log = log or stderr_log()
         self._lock = threading.Lock()
         self._used = 0
+        self.ledger = _partitions.Ledger(self.memory, partitions)   # --partition
+        self.lease = lease                                          # --lease
         self._clients = set()
         self._seq = 0
         self._stop = threading.Event()
@@ -395,7 +387,8 @@ class Server:
             facts = {"memory": self.memory, "free": self.free, "data_port": self.data_port,
                      "pid": os.getpid(), "host": socket.gethostname(),
                      "machine": machine_identity(),      # where replicas go (pool/replicas.py)
-                     "plans": self._handle is not None, "code": self.allow_code}
+                     "plans": self._handle is not None, "code": self.allow_code,
+                     "lease": self.lease}     # clients lend in leases of this (leases.py)
             if not _ctl.server_handshake(c.sock, self._secret, facts, deadline,
                                          lambda: self._admit(c)):
                 with self._lock:
@@ -461,7 +454,10 @@ class Server:
             size, access = msg.get("size"), msg.get("access")
             if not isinstance(size, int) or isinstance(size, bool) or access not in _ACCESS:
                 raise _Hostile("alloc needs an integer size and access 'r' or 'rw'")
-            return self._alloc(c, size, access)
+            lent = msg.get("lent")
+            if lent is not None and (not isinstance(lent, int) or isinstance(lent, bool)):
+                raise _Hostile("alloc's lent must be an integer")
+            return self._alloc(c, size, access, lent)
         if op == "register":
             aid, access = msg.get("id"), msg.get("access")
             if not isinstance(aid, int) or access not in _ACCESS:
@@ -482,6 +478,11 @@ class Server:
             return {"ok": True, "free": self.free}
         if op == "plan":
             return self._plan(c, msg)
+        if op == "partition":
+            return _partitions.join(self, c, msg.get("name"))
+        if op == "lend":
+            from .leases import server_lend
+            return server_lend(self, c, msg)
         if op == "info":
             with self._lock:
                 clients = sum(1 for x in self._clients if x.authenticated)
@@ -490,6 +491,7 @@ class Server:
                     "control": counters,
                     "allocations": len(c.allocs), "registrations": c.nkeys(),
                     "limits": dict(self.limits), "data_port": self.data_port,
+                    "partitions": self.ledger.stats(), "partition": c.partition,
                     "tcp": self._ctx.tcp_stats() if self._ctx is not None else {}}
         raise _Hostile(f"unknown op {op!r}")
 
@@ -514,7 +516,7 @@ class Server:
             view = c.views[aid] = HeapView(a, rank, size, slab, self.allow_code)
         return {"ok": True, "data": self._handle(view, data)}
 
-    def _alloc(self, c, size, access):
+    def _alloc(self, c, size, access, lent=None):
         if size <= 0:
             return {"ok": False, "error": f"size must be positive, not {size}"}
         limit = self.limits["allocations"]
@@ -527,24 +529,30 @@ class Server:
         if full:
             return full
         rounded = -(-size // PAGE) * PAGE
+        whole, rounded = rounded, rounded if lent is None else \
+            min(rounded, max(0, -(-lent // PAGE) * PAGE))     # what counts: what is lent
         with self._lock:
             free = self.memory - self._used
-            if rounded > free:
+            why = self.ledger.refusal(c.partition, rounded, free) if rounded <= free else \
+                f"cannot allocate {size} bytes: {free} bytes free ({human(free)} of " \
+                f"{human(self.memory)})"
+            if why is not None:
                 self.counters["refused"] += 1
-                return {"ok": False, "free": free,
-                        "error": f"cannot allocate {size} bytes: {free} bytes free "
-                                 f"({human(free)} of {human(self.memory)})"}
+                return {"ok": False, "free": self.ledger.free_to(c.partition, free),
+                        "error": why}
             self._used += rounded
+            self.ledger.take(c.partition, rounded)
         try:
-            seg = _native.Segment(rounded)
+            seg = _native.Segment(whole)
             self._ctx.add_segment(seg)
         except (MemoryError, _native.Error) as e:
             with self._lock:
                 self._used -= rounded
+            self.ledger.give_back(c.partition, rounded)
             return {"ok": False, "free": self.free,
                     "error": f"cannot allocate {size} bytes: the server's memory or segment "
                              f"table is exhausted ({_native_text(e)})"}
-        a = _Alloc(c.next_id, seg, rounded)
+        a = _Alloc(c.next_id, seg, whole, c.partition, rounded)
         c.next_id += 1
         reply = self._register(a, access)
         if not reply["ok"]:
@@ -597,11 +605,12 @@ class Server:
         a.keys = []
         a.seg = None               # the last reference: the memfd is unmapped and closed
         with self._lock:
-            self._used -= a.size
+            self._used -= a.lent
+        self.ledger.give_back(a.partition, a.lent)
 
 
 def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle=None,
-          allow_code=False, metrics=None, **limits):
+          allow_code=False, metrics=None, partitions=(), lease=None, **limits):
     """Run a memory server until SIGTERM/SIGINT; returns the exit status (0 on a clean stop).
 
     Secret: `secret_file`, else $POOLTENSOR_SECRET_FILE, else the default path
@@ -625,7 +634,7 @@ def serve(memory, listen="127.0.0.1:7000", secret_file=None, data_port=0, handle
         from . import metrics as _metrics
         mhost, mport = _metrics.parse(metrics, what="--metrics")
     server = Server(memory, host, port, secret, data_port, log, handle, allow_code,
-                    **limits).start()
+                    partitions, lease, **limits).start()
     exporter = None
     if metrics is not None:
         ctx = server._ctx

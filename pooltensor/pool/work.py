@@ -40,18 +40,23 @@ def _is_array(obj):
 
 
 class _Pickler(pickle.Pickler):
+    allocs = ()
+
     def persistent_id(self, obj):
         if _is_array(obj):
             a = obj._a
+            self.allocs.append(a)
             return ("A", a.id, a.heap, a.nbytes, tuple(a.members), tuple(a.slots),
                     obj._off, tuple(obj._shape), tuple(obj._strides), obj._dtype.str)
         return None
 
 
-def dumps(obj):
-    """A plan as bytes (pool arrays by reference)."""
+def dumps(obj, allocs=None):
+    """A plan as bytes (pool arrays by reference; their Allocations appended to `allocs`)."""
     f = io.BytesIO()
-    _Pickler(f, protocol=5).dump(obj)
+    p = _Pickler(f, protocol=5)
+    p.allocs = [] if allocs is None else allocs
+    p.dump(obj)
     return f.getvalue()
 
 
@@ -195,7 +200,8 @@ class Round:
         self.members = tuple(members)
         self.sent = []
         self.chans = {m: pool.chans[m] for m in self.members}   # (a lost one leaves pool.chans)
-        msg = dumps((plan, code, np.geterr()))      # before anything is sent (see start())
+        allocs = []
+        msg = dumps((plan, code, np.geterr()), allocs)   # before anything is sent (start())
         for m in self.members:
             ch = self.chans[m]
             try:
@@ -206,6 +212,9 @@ class Round:
                 raise
             self.sent.append(m)
         pool.round = self
+        mover = getattr(pool, "mover", None)
+        if mover is not None:
+            mover.note_homes(allocs, self.members)   # the homes work on their slabs
         pool.plans[plan[0]] = pool.plans.get(plan[0], 0) + len(self.members)
 
     def _drain(self):
