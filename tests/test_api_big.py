@@ -1,5 +1,5 @@
 """The chunked passes of the data-dependent functions (ops/chunks.py) against numpy: sort and
-argsort (sample sort, stable), unique_values/unique_counts, cumulative_sum/prod, nonzero,
+argsort (sample sort, stable), unique_values/counts/inverse/all, cumulative_sum/prod, nonzero,
 searchsorted, fft along an uncut axis, TSQR qr/svd/svdvals/lstsq, and the clear error of a
 factorization that would need a gather.
 
@@ -55,6 +55,32 @@ def test_sample_sort_and_unique(pool, n, dt, seed):
     wv, wc = np.unique(a, return_counts=True, equal_nan=False)
     same(v, wv)
     same(c, wc.astype(np.int64))
+
+
+@PROPS
+@given(shape=st.sampled_from([(700,), (30, 25), (4, 9, 20)]),
+       dt=st.sampled_from([np.int32, np.float64, np.int64]), seed=st.integers(0, 99),
+       nans=st.booleans())
+def test_unique_all_and_inverse(pool, shape, dt, seed, nans):
+    a = values(shape, dt, seed)
+    if nans and dt == np.float64:
+        a.reshape(-1)[::13] = np.nan
+        a.reshape(-1)[5::11] = -0.0
+    x = pt.asarray(a)
+    assert x.nbytes > LIMIT           # a gather would raise MaterializeTooLarge
+    before = pool.plans.get("chunks", 0)
+    v, i, inv, c = np.unique(a.reshape(-1), return_index=True, return_inverse=True,
+                             return_counts=True, equal_nan=False)
+    got = pt.unique_all(x)
+    if pool.size > 1:
+        assert pool.plans.get("chunks", 0) > before
+    for g, w in zip(got, (v, i.astype(np.int64), inv.reshape(shape).astype(np.int64),
+                          c.astype(np.int64))):
+        same(g, w)
+    gv, ginv = pt.unique_inverse(x)
+    same(gv, v)
+    same(ginv, inv.reshape(shape).astype(np.int64))
+    np.testing.assert_array_equal(chunks.read(gv)[chunks.read(ginv)], a)
 
 
 @PROPS

@@ -42,6 +42,10 @@ check(pt.argsort(x, descending=True), np.flip(599 - np.argsort(np.flip(a), kind=
 check(pt.unique_values(x), np.unique(a, equal_nan=False), "unique_values")
 check(pt.unique_counts(x).counts, np.unique(a, return_counts=True, equal_nan=False)[1],
       "unique_counts")
+want = np.unique(a, return_index=True, return_inverse=True, return_counts=True,
+                 equal_nan=False)
+for got, w, what in zip(pt.unique_all(x), want, ("values", "indices", "inverse", "counts")):
+    check(got, w.astype(np.int64) if what != "values" else w, "unique_all " + what)
 b = rng.integers(-3, 4, (90, 7)).astype(np.int32)
 y = pt.asarray(b)
 check(pt.cumulative_sum(y, axis=0), np.cumsum(b, axis=0), "cumulative_sum axis 0")
