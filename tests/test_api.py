@@ -170,6 +170,8 @@ def test_sorting_sets_searching(pool, shape, dt, seed, data):
         same(pt.searchsorted(s, needles, side=side), np.searchsorted(s, needles, side=side))
     for got, want in zip(pt.nonzero(x), np.nonzero(a)):
         same(got, want.astype(np.int64))
+    for got, want in zip(pt.nonzero(x.T[::2] > 0), np.nonzero(a.T[::2] > 0)):  # a view
+        same(got, want.astype(np.int64))
     same(pt.cumulative_sum(x, axis=ax), np.cumsum(a, axis=ax))
     same(pt.cumulative_prod(x, axis=ax, include_initial=True),
          np.concatenate([np.ones_like(np.cumprod(a, axis=ax).take([0], ax)),

@@ -55,6 +55,8 @@ check(pt.cumulative_sum(y, axis=1, include_initial=True),
 check(pt.sort(y, axis=0), np.sort(b, axis=0), "sort axis 0")
 for got, want in zip(pt.nonzero(y), np.nonzero(b)):
     check(got, want.astype(np.int64), "nonzero")
+for got, want in zip(pt.nonzero(y[:9]), np.nonzero(b[:9])):     # fits: each rank's own copy
+    check(got, want.astype(np.int64), "nonzero of a small array")
 s = np.sort(rng.random(400))
 nd = rng.random(100)
 check(pt.searchsorted(pt.asarray(s), pt.asarray(nd)), np.searchsorted(s, nd), "searchsorted")
