@@ -1,7 +1,7 @@
 """The chunked passes of the data-dependent functions (ops/chunks.py) against numpy: sort and
 argsort (sample sort, stable), unique_values/counts/inverse/all, cumulative_sum/prod, nonzero,
-searchsorted, fft along an uncut axis, TSQR qr/svd/svdvals/lstsq, and the clear error of a
-factorization that would need a gather.
+searchsorted, take with a big index array, fft along an uncut axis, TSQR
+qr/svd/svdvals/lstsq, and the clear error of a factorization that would need a gather.
 
 The pools' materialize_limit is lowered to 2 KiB, so arrays of a few hundred elements are "too
 big to gather" and a chunk is 512 bytes: many chunks, buckets and carries. 64-byte slabs over 1
@@ -116,6 +116,23 @@ def test_nonzero_and_searchsorted(pool, n, seed):
         same(pt.searchsorted(pt.asarray(s), pt.asarray(needles), side=side),
              np.searchsorted(s, needles, side=side))
     same(pt.searchsorted(pt.asarray(s), needles[:3]), np.searchsorted(s, needles[:3]))
+
+
+@PROPS
+@given(n=st.integers(300, 600), seed=st.integers(0, 99))
+def test_take_with_a_big_index_array(pool, n, seed):
+    a = values((30, 7), np.float64, seed)
+    rng = np.random.default_rng(seed)
+    x = pt.asarray(a)
+    rows = rng.integers(-30, 30, (n // 4, 4))
+    assert rows.nbytes > LIMIT        # a gather of the indices would raise
+    same(pt.take(x, pt.asarray(rows), axis=0), np.take(a, rows, axis=0))
+    cols = rng.integers(-7, 7, n)
+    same(pt.take(x, pt.asarray(cols), axis=1), np.take(a, cols, axis=1))
+    flat = rng.integers(0, a.size, n)
+    same(pt.take(x.reshape(-1), pt.asarray(flat)), np.take(a.reshape(-1), flat))
+    with pytest.raises(IndexError):
+        pt.take(x, pt.asarray(cols + 7), axis=1)
 
 
 @PROPS

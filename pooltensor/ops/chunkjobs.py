@@ -231,6 +231,18 @@ class Search:
         return None
 
 
+class TakeRows:
+    """arrays[2][r0:r1] = arrays[1][i] for the indices i = arrays[0][r0:r1] (take with a big
+    index array: only the selected rows of arrays[1] are read)."""
+
+    PLAN_OK = True
+
+    def __call__(self, r0, r1, arrays):
+        ind, x, out = arrays
+        out[r0:r1] = x[_read(ind[r0:r1])]
+        return None
+
+
 class FftRows:
     """arrays[1][r0:r1] = numpy.fft.<name> of arrays[0][r0:r1] over its trailing axes (kw:
     n/s, axis/axes, norm)."""

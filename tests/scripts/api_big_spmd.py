@@ -46,6 +46,8 @@ want = np.unique(a, return_index=True, return_inverse=True, return_counts=True,
                  equal_nan=False)
 for got, w, what in zip(pt.unique_all(x), want, ("values", "indices", "inverse", "counts")):
     check(got, w.astype(np.int64) if what != "values" else w, "unique_all " + what)
+ti = rng.integers(-600, 600, 400)
+check(pt.take(x, pt.asarray(ti)), np.take(a, ti), "take with a big index array")
 b = rng.integers(-3, 4, (90, 7)).astype(np.int32)
 y = pt.asarray(b)
 check(pt.cumulative_sum(y, axis=0), np.cumsum(b, axis=0), "cumulative_sum axis 0")
