@@ -13,7 +13,8 @@ members, in three configurations:
            slabs copied through it (attach=False), as across machines: the array is 4x
            larger than the cache and is never gathered.
 
-Operations: sort, argsort (stable), unique_values (integers with repeats), cumulative_sum,
+Operations: sort, argsort (stable), unique_values and unique_all (integers with repeats),
+cumulative_sum,
 searchsorted (N/8 needles), nonzero, flip (numpy: a view, so copied), roll, repeat(2), tile(2),
 take (N/8 indices),
 fft along the rows of an (N/64, 64) array, qr of an (N/4, 4) matrix (TSQR when chunked).
@@ -62,6 +63,8 @@ def operations(xp, d, sorted_x):
         "argsort": lambda: xp.argsort(d["x"], **stable),
         "unique_values": lambda: xp.unique_values(d["ints"]) if xp is pt else
         np.unique(d["ints"]),
+        "unique_all": lambda: xp.unique_all(d["ints"]) if xp is pt else
+        np.unique(d["ints"], return_index=True, return_inverse=True, return_counts=True),
         "cumulative_sum": lambda: xp.cumulative_sum(d["x"]) if xp is pt else np.cumsum(d["x"]),
         "searchsorted": lambda: xp.searchsorted(sorted_x, d["needles"]),
         "nonzero": lambda: xp.nonzero(d["ints"]),

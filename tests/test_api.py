@@ -170,6 +170,8 @@ def test_sorting_sets_searching(pool, shape, dt, seed, data):
         same(pt.searchsorted(s, needles, side=side), np.searchsorted(s, needles, side=side))
     for got, want in zip(pt.nonzero(x), np.nonzero(a)):
         same(got, want.astype(np.int64))
+    for got, want in zip(pt.nonzero(x.T[::2] > 0), np.nonzero(a.T[::2] > 0)):  # a view
+        same(got, want.astype(np.int64))
     same(pt.cumulative_sum(x, axis=ax), np.cumsum(a, axis=ax))
     same(pt.cumulative_prod(x, axis=ax, include_initial=True),
          np.concatenate([np.ones_like(np.cumprod(a, axis=ax).take([0], ax)),
@@ -267,6 +269,12 @@ def test_info_device_dlpack(pool):
     with pytest.raises(BufferError, match="copy=True"):
         big.__dlpack__()
     np.testing.assert_array_equal(np.from_dlpack(pt.asarray(np.zeros(0))), np.zeros(0))
+    if pool.size > 1:          # in a slab of member 1, whose memory is mapped here: zero-copy
+        on1 = pt.asarray(np.arange(3.0), placement=[1])
+        assert list(on1.slab_members) == [1]
+        view = np.from_dlpack(on1)
+        on1[1] = 7.0
+        np.testing.assert_array_equal(view, [0.0, 7.0, 2.0])
     assert pt.finfo(np.float32).eps == float(np.finfo(np.float32).eps)
     assert type(pt.finfo(np.float64).max) is float and type(pt.iinfo(np.int8).min) is int
 

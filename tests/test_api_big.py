@@ -1,7 +1,7 @@
 """The chunked passes of the data-dependent functions (ops/chunks.py) against numpy: sort and
-argsort (sample sort, stable), unique_values/unique_counts, cumulative_sum/prod, nonzero,
-searchsorted, fft along an uncut axis, TSQR qr/svd/svdvals/lstsq, and the clear error of a
-factorization that would need a gather.
+argsort (sample sort, stable), unique_values/counts/inverse/all, cumulative_sum/prod, nonzero,
+searchsorted, take with a big index array, fft along an uncut axis, TSQR
+qr/svd/svdvals/lstsq, and the clear error of a factorization that would need a gather.
 
 The pools' materialize_limit is lowered to 2 KiB, so arrays of a few hundred elements are "too
 big to gather" and a chunk is 512 bytes: many chunks, buckets and carries. 64-byte slabs over 1
@@ -58,6 +58,32 @@ def test_sample_sort_and_unique(pool, n, dt, seed):
 
 
 @PROPS
+@given(shape=st.sampled_from([(700,), (30, 25), (4, 9, 20)]),
+       dt=st.sampled_from([np.int32, np.float64, np.int64]), seed=st.integers(0, 99),
+       nans=st.booleans())
+def test_unique_all_and_inverse(pool, shape, dt, seed, nans):
+    a = values(shape, dt, seed)
+    if nans and dt == np.float64:
+        a.reshape(-1)[::13] = np.nan
+        a.reshape(-1)[5::11] = -0.0
+    x = pt.asarray(a)
+    assert x.nbytes > LIMIT           # a gather would raise MaterializeTooLarge
+    before = pool.plans.get("chunks", 0)
+    v, i, inv, c = np.unique(a.reshape(-1), return_index=True, return_inverse=True,
+                             return_counts=True, equal_nan=False)
+    got = pt.unique_all(x)
+    if pool.size > 1:
+        assert pool.plans.get("chunks", 0) > before
+    for g, w in zip(got, (v, i.astype(np.int64), inv.reshape(shape).astype(np.int64),
+                          c.astype(np.int64))):
+        same(g, w)
+    gv, ginv = pt.unique_inverse(x)
+    same(gv, v)
+    same(ginv, inv.reshape(shape).astype(np.int64))
+    np.testing.assert_array_equal(chunks.read(gv)[chunks.read(ginv)], a)
+
+
+@PROPS
 @given(shape=st.sampled_from([(80, 6), (7, 60), (3, 40, 4)]), seed=st.integers(0, 99),
        data=st.data())
 def test_sort_along_an_axis_scan_fft(pool, shape, seed, data):
@@ -90,6 +116,23 @@ def test_nonzero_and_searchsorted(pool, n, seed):
         same(pt.searchsorted(pt.asarray(s), pt.asarray(needles), side=side),
              np.searchsorted(s, needles, side=side))
     same(pt.searchsorted(pt.asarray(s), needles[:3]), np.searchsorted(s, needles[:3]))
+
+
+@PROPS
+@given(n=st.integers(300, 600), seed=st.integers(0, 99))
+def test_take_with_a_big_index_array(pool, n, seed):
+    a = values((30, 7), np.float64, seed)
+    rng = np.random.default_rng(seed)
+    x = pt.asarray(a)
+    rows = rng.integers(-30, 30, (n // 4, 4))
+    assert rows.nbytes > LIMIT        # a gather of the indices would raise
+    same(pt.take(x, pt.asarray(rows), axis=0), np.take(a, rows, axis=0))
+    cols = rng.integers(-7, 7, n)
+    same(pt.take(x, pt.asarray(cols), axis=1), np.take(a, cols, axis=1))
+    flat = rng.integers(0, a.size, n)
+    same(pt.take(x.reshape(-1), pt.asarray(flat)), np.take(a.reshape(-1), flat))
+    with pytest.raises(IndexError):
+        pt.take(x, pt.asarray(cols + 7), axis=1)
 
 
 @PROPS

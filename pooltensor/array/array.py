@@ -376,8 +376,10 @@ class ndarray(NDArrayOperatorsMixin):
         return transfer.read(pool, self._a, self._off, self._shape, self._strides,
                              self._dtype, out)
 
-    def _local_view(self):
-        """A zero-copy numpy view when this view lies inside one slab homed here, else None."""
+    def _local_view(self, mapped=False):
+        """A zero-copy numpy view when this view lies inside one slab homed here (with
+        mapped: or homed by a member on this machine whose memory a plain script has
+        mapped, attach=True), else None."""
         a = self._a
         pool = a.pool
         if self.size == 0:
@@ -385,15 +387,23 @@ class ndarray(NDArrayOperatorsMixin):
         S = pool.slab_size
         lo, hi = layout.extent(self._off, self._shape, self._strides, self.itemsize)
         k = lo // S
-        if (hi - 1) // S != k or a.members[k] != pool.me:
+        if (hi - 1) // S != k:
             return None
-        base = pool.local[a.heap]
+        if a.members[k] == pool.me:
+            base = pool.local[a.heap]
+        elif mapped and pool.mapped and not pool.coherent:
+            key = (a.heap, a.members[k])
+            base = pool.mapped.get(key) if a.heap == "ro" else pool.mapped_w.get(key)
+            if base is None:
+                return None
+        else:
+            return None
         off = a.slots[k] * S + (self._off - k * S)
         arr = np.ndarray(self._shape, self._dtype, buffer=base, offset=off,
                          strides=self._strides)
         if a.heap == "ro":
             arr.flags.writeable = False
-        elif a.heap == "rw" and pool.coherent:
+        elif a.heap == "rw" and pool.coherent and a.members[k] == pool.me:
             from ..pool.pool import _Export
             owner = _Export(arr)
             pool.note_export(a.slots[k], owner)

@@ -3,9 +3,10 @@ and the array attributes that go with them (device, to_device, __dlpack__, __dlp
 mT), bound to the ndarray by methods.bind.
 
 The pool is one device: every pool array lives in it, whichever members home its slabs.
-DLPack: an array inside one slab this process homes is exported zero-copy (a view of pool
-memory, kDLCPU); any other array raises BufferError (its bytes are not one local buffer; use
-to_numpy() or numpy's own from_dlpack on a copy).
+DLPack: an array inside one slab this process homes, or (a plain script with attach) one
+homed by a member on this machine whose memory is mapped here, is exported zero-copy (a view
+of pool memory, kDLCPU); any other array raises BufferError (its bytes are not one local
+buffer; use to_numpy() or numpy's own from_dlpack on a copy).
 """
 import numpy as np
 
@@ -130,7 +131,7 @@ class ArrayMethods:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         if dl_device is not None and tuple(dl_device) != (KDLCPU, 0):
             raise BufferError("pool arrays export to the CPU only")
-        view = None if copy else self._local_view()
+        view = None if copy else self._local_view(mapped=True)
         if view is None and self.size == 0:
             view = np.empty(self.shape, self.dtype)        # no bytes to share
         if view is None:

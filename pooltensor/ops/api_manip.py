@@ -15,14 +15,16 @@ result it homes, reading the input where it lives), never by gathering the input
 - take / take_along_axis and repeat with per-element counts: advanced indexing, which reads
   only the selected elements one-sided (a numpy result up to pool.advanced_limit, else a pool
   array written chunk by chunk); take with at least a 64th as many indices as elements
-  reads an array that fits once, whole, and lets numpy pick.
+  reads an array that fits once, whole, and lets numpy pick; take with a pool index array
+  above materialize_limit works through the indices in chunks (chunks.py), each where it
+  lives.
 """
 import operator
 
 import numpy as np
 
 from ..array.array import ndarray
-from . import chunks, coerce, executor
+from . import chunkjobs, chunks, coerce, executor
 from . import shape as _shape
 from .shape import assign
 
@@ -194,19 +196,52 @@ def take(x, indices, /, *, axis=None):
     """Elements of x at `indices` along `axis` (numpy.take; axis may be None only for 1-D
     x): only those elements are read, one-sided."""
     x = coerce.array(x)
-    idx = _index_array(indices)
     if axis is None:
         if x.ndim != 1:
             x = x.reshape(-1)
         axis = 0
     axis = _norm(operator.index(axis), x.ndim)
+    if isinstance(indices, ndarray) and chunks.big(indices):
+        return _take_chunked(x, indices, axis)
+    idx = _index_array(indices)
     n = x.shape[axis]
+    if not chunks.big(x) and idx.size * 64 >= x.size:    # many indices: read x once
+        return coerce.own(_take_whole(x, idx, axis))      # (numpy checks the bounds)
     if idx.size and (idx.max() >= n or idx.min() < -n):
         raise IndexError(f"index out of bounds for axis {axis} with size {n}")
-    if not chunks.big(x) and idx.size * 64 >= x.size:    # many indices: read x once
-        return coerce.own(np.take(x.to_numpy(), idx, axis=axis))
     res = x[(slice(None),) * axis + (idx,)]
     return coerce.own(res)
+
+
+def _take_whole(x, idx, axis):
+    """np.take of x read whole: in place when it is one piece of memory here, else copied
+    into a buffer kept for the next call (a fresh 64 MiB array page-faulted for a third of
+    the time of such a take)."""
+    scratch = executor._Scratch.take()
+    try:
+        a = executor.read_part(x, x._off, x.shape, x.strides, scratch, "take")
+        return np.take(a, idx, axis=axis)
+    finally:
+        scratch.give()
+
+
+def _take_chunked(x, ind, axis):
+    """take with a pool index array too big to gather: the indices in chunks, each chunk's
+    selection read one-sided and written to its rows of the result where the indices live
+    (chunks.run), the selected axis first and moved back to `axis` (a view)."""
+    if ind.dtype.kind not in "iu":
+        raise TypeError(f"indices must be integers, not {ind.dtype}")
+    n = x.shape[axis]
+    if ind.size and (int(ind.max()) >= n or int(ind.min()) < -n):
+        raise IndexError(f"index out of bounds for axis {axis} with size {n}")
+    xv = _shape.moveaxis(x, axis, 0)
+    flat = ind.reshape(-1)
+    out = executor.new_like(flat.shape + xv.shape[1:], x.dtype, what="take")
+    parts = chunks.ranges(flat.shape[0], chunks.rows(out))
+    chunks.run(chunkjobs.TakeRows(), parts, flat, [flat, xv, out], outs=[out])
+    res = out.reshape(ind.shape + xv.shape[1:])
+    k = ind.ndim
+    return _shape.moveaxis(res, list(range(k)), list(range(axis, axis + k)))
 
 
 def take_along_axis(x, indices, /, *, axis=-1):

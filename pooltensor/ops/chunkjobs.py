@@ -81,7 +81,8 @@ class Partition:
     """The elements of chunk arrays[0][r0:r1] (and their indices) written to their buckets'
     places in arrays[1] (values) and arrays[2] (indices), in input order (pass 2 of a sample
     sort). place[c, b]: where chunk c's share of bucket b starts; starts: each chunk's first
-    row."""
+    row. With a fourth array, its rows r0:r1 travel in place of the indices (a payload moved
+    with its keys: the inverse of a permutation)."""
 
     PLAN_OK = True
 
@@ -90,25 +91,27 @@ class Partition:
                                              np.asarray(place))
 
     def __call__(self, r0, r1, arrays):
-        x, tmp, tmpi = arrays
+        x, tmp, tmpi = arrays[:3]
         c = int(np.searchsorted(self.starts, r0))
         v = _read(x[r0:r1])
         b = np.searchsorted(self.spl, v, side="right")
         order = np.argsort(b, kind="stable")
         vs, bs = v[order], b[order]
+        carried = _read(arrays[3][r0:r1])[order] if len(arrays) > 3 else order + r0
         edges = np.concatenate([[0], np.cumsum(np.bincount(bs, minlength=self.spl.size + 1))])
         for k in np.nonzero(edges[1:] - edges[:-1])[0]:
             s, e = edges[k], edges[k + 1]
             at = int(self.place[c, k])
             tmp[at:at + e - s] = vs[s:e]
-            tmpi[at:at + e - s] = order[s:e] + r0
+            tmpi[at:at + e - s] = carried[s:e]
         return None
 
 
 class BucketSort:
     """One group of buckets, rows r0:r1 of the partitioned arrays[1] (values) and arrays[2]
-    (indices), sorted stably into arrays[0] (the values, or the indices when want_index)
-    (pass 3 of a sample sort)."""
+    (indices), sorted stably into arrays[0] (the values, or the indices when want_index;
+    with a fourth array the values into arrays[0] and the indices into arrays[3]) (pass 3 of
+    a sample sort)."""
 
     PLAN_OK = True
 
@@ -116,17 +119,40 @@ class BucketSort:
         self.want_index = bool(want_index)
 
     def __call__(self, r0, r1, arrays):
-        out, tmp, tmpi = arrays
+        out, tmp, tmpi = arrays[:3]
         v = _read(tmp[r0:r1])
         order = np.argsort(v, kind="stable")
-        out[r0:r1] = _read(tmpi[r0:r1])[order] if self.want_index else v[order]
+        if len(arrays) > 3:
+            out[r0:r1] = v[order]
+            arrays[3][r0:r1] = _read(tmpi[r0:r1])[order]
+        else:
+            out[r0:r1] = _read(tmpi[r0:r1])[order] if self.want_index else v[order]
+        return None
+
+
+class Unpermute:
+    """arrays[2][r0:r1] from the (destination, value) pairs of rows r0:r1 of arrays[0] and
+    arrays[1], partitioned so that these rows hold exactly the destinations r0..r1-1: the
+    last pass of out[p[j]] = value[j] for a permutation p (a unique's inverse indices)."""
+
+    PLAN_OK = True
+
+    def __call__(self, r0, r1, arrays):
+        dest, vals, out = arrays
+        d = _read(dest[r0:r1])
+        v = _read(vals[r0:r1])
+        res = np.empty(r1 - r0, v.dtype)
+        res[d - r0] = v
+        out[r0:r1] = res
         return None
 
 
 class RunStarts:
     """Where in sorted 1-D chunk arrays[0][r0:r1] a new value starts (one differing from its
     predecessor; NaN differs from everything): their count, or with offsets (pass 2) the
-    values and start positions written to arrays[1] and arrays[2]."""
+    values and start positions written to arrays[1] and arrays[2]. With three more arrays
+    (unique_all: arrays[3] the stable sorting permutation), each start's original index
+    goes to arrays[4] and every element's value number to arrays[5][r0:r1]."""
 
     PLAN_OK = True
 
@@ -148,6 +174,9 @@ class RunStarts:
         uv = v[keep]
         arrays[1][at:at + uv.size] = uv
         arrays[2][at:at + uv.size] = np.nonzero(keep)[0] + r0
+        if len(arrays) > 3:
+            arrays[4][at:at + uv.size] = _read(arrays[3][r0:r1])[keep]
+            arrays[5][r0:r1] = np.cumsum(keep, dtype=np.int64) + (at - 1)
         return None
 
 
@@ -199,6 +228,18 @@ class Search:
             part = _read(x1[lo:lo + self.step + 1])
             res[sel] = lo + np.searchsorted(part, v[sel], side=self.side)
         out[r0:r1] = res
+        return None
+
+
+class TakeRows:
+    """arrays[2][r0:r1] = arrays[1][i] for the indices i = arrays[0][r0:r1] (take with a big
+    index array: only the selected rows of arrays[1] are read)."""
+
+    PLAN_OK = True
+
+    def __call__(self, r0, r1, arrays):
+        ind, x, out = arrays
+        out[r0:r1] = x[_read(ind[r0:r1])]
         return None
 
 

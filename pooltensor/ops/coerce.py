@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from ..array.array import ndarray
-from ..array.creation import from_numpy
+from ..array.creation import empty, from_numpy
 from ..pool.runtime import current
 
 
@@ -34,6 +34,13 @@ def small(arr, dtype=None):
     if pool.spmd:
         return from_numpy(arr, access="private")
     return from_numpy(arr, placement="local")
+
+
+def empty_small(shape, dtype):
+    """A new uninitialized pool array held by this process, as small() holds its copies."""
+    if current().spmd:
+        return empty(shape, dtype, access="private")
+    return empty(shape, dtype, placement="local")
 
 
 def arg(v):

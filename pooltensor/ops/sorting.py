@@ -15,8 +15,11 @@ gather of the whole array:
   Buckets keep input order, so a stable sort of each bucket is a stable sort of the whole.
   Every chunk and every group of buckets is worked on where its first element lives
   (chunks.run: SPMD ranks, a plain script's members);
-- unique_values / unique_counts: the sample-sorted values, then one chunked pass that keeps
-  each value differing from its predecessor and counts the runs;
+- unique_*: the sample-sorted values, then one chunked pass that keeps each value differing
+  from its predecessor and counts the runs; unique_all / unique_inverse sort the stable
+  permutation along, take each run's first original index from it, number every sorted
+  element by its run and send the numbers back to the elements' places (a partition by
+  destination chunk, then one contiguous write per chunk);
 - nonzero: one pass counting each chunk's nonzeros, one writing their indices;
 - searchsorted: the needles in chunks, each searched in the sorted array (read in chunks too,
   through the chunk boundaries when the sorted array is itself too big).
@@ -111,23 +114,14 @@ def _splitters(x, nb):
     return np.unique(sample[pos])
 
 
-def _sample_sort(x, out, want_index):
-    """out = sort(x) (or the stable argsort when want_index) of 1-D pool array x."""
+def _sample_sort(x, out, want_index, index_out=None):
+    """out = sort(x) (or the stable argsort when want_index) of 1-D pool array x; with
+    index_out, out gets the values and index_out the stable argsort."""
     n = x.shape[0]
     step = chunks.rows(x)
-    parts = chunks.ranges(n, step)
     nb = max(2, -(-n // step) * 2)
-    spl = _splitters(x, nb)
-    nb = spl.size + 1
-    counts = chunks.run(chunkjobs.BucketCount(spl), parts, x, [x])
-    counts = np.array(counts, np.int64).reshape(-1, nb)
-    per_bucket = counts.sum(axis=0)
-    bstart = np.concatenate([[0], np.cumsum(per_bucket)])
-    place = bstart[:nb] + (np.cumsum(counts, axis=0) - counts)   # chunk c's share of bucket b
-    tmp = executor.new_like((n,), x.dtype, what="sample sort values")
-    tmpi = executor.new_like((n,), np.int64, what="sample sort indices")
-    job = chunkjobs.Partition(spl, [r0 for r0, _ in parts], place)
-    chunks.run(job, parts, x, [x, tmp, tmpi], outs=[tmp, tmpi])
+    tmp, tmpi, bstart = _partition(x, _splitters(x, nb), step)
+    nb = bstart.size - 1
     groups, g0 = [], 0                    # consecutive buckets up to a chunk's size
     for k in range(nb):
         if bstart[k + 1] - bstart[g0] > step and k > g0:
@@ -135,7 +129,45 @@ def _sample_sort(x, out, want_index):
             g0 = k
     groups.append((int(bstart[g0]), int(bstart[nb])))
     groups = [g for g in groups if g[1] > g[0]]
-    chunks.run(chunkjobs.BucketSort(want_index), groups, tmp, [out, tmp, tmpi], outs=[out])
+    arrays = [out, tmp, tmpi] + ([index_out] if index_out is not None else [])
+    chunks.run(chunkjobs.BucketSort(want_index), groups, tmp, arrays, outs=arrays[:1] +
+               arrays[3:])
+
+
+def _partition(key, spl, step, payload=None):
+    """(keys, carried, bucket starts): the elements of 1-D pool array `key` moved into the
+    buckets the sorted splitters `spl` cut (bucket b: spl[b-1] <= v < spl[b]), bucket after
+    bucket, each in input order, with their indices (or rows of `payload`) carried along.
+    Pass 1 counts each chunk's elements per bucket (exchanged: one allgather), which fixes
+    where every bucket and every chunk's share of it go; pass 2 writes them there."""
+    n = key.shape[0]
+    parts = chunks.ranges(n, step)
+    nb = spl.size + 1
+    counts = chunks.run(chunkjobs.BucketCount(spl), parts, key, [key])
+    counts = np.array(counts, np.int64).reshape(-1, nb)
+    bstart = np.concatenate([[0], np.cumsum(counts.sum(axis=0))])
+    place = bstart[:nb] + (np.cumsum(counts, axis=0) - counts)   # chunk c's share of bucket b
+    tmp = executor.new_like((n,), key.dtype, what="sample sort values")
+    tmpi = executor.new_like((n,), np.int64 if payload is None else payload.dtype,
+                             what="sample sort indices")
+    job = chunkjobs.Partition(spl, [r0 for r0, _ in parts], place)
+    arrays = [key, tmp, tmpi] + ([payload] if payload is not None else [])
+    chunks.run(job, parts, key, arrays, outs=[tmp, tmpi])
+    return tmp, tmpi, bstart
+
+
+def _unpermute(p, values):
+    """out with out[p[j]] = values[j], for a permutation p of range(n) (1-D pool arrays):
+    the pairs partitioned by destination chunk (_partition, splitters at the chunk
+    boundaries, so bucket b holds exactly chunk b's destinations), then each chunk written
+    whole where it lives. No element-wise one-sided writes."""
+    n = p.shape[0]
+    step = chunks.rows(p)
+    dest, vals, _ = _partition(p, np.arange(step, n, step, dtype=p.dtype), step, values)
+    out = executor.new_like((n,), values.dtype, what="unique inverse")
+    chunks.run(chunkjobs.Unpermute(), chunks.ranges(n, step), dest, [dest, vals, out],
+               outs=[out])
+    return out
 
 
 # -- unique --------------------------------------------------------------------------------------
@@ -167,46 +199,63 @@ def unique_inverse(x, /):
     """(values, inverse_indices): the distinct values and, for each element of x (in x's
     shape), the index of its value among them."""
     x = coerce.array(x)
-    v, _, inv, _ = _unique_np_all(x)
-    return UniqueInverse(coerce.own(v), coerce.own(inv))
+    if not chunks.big(x):
+        v, _, inv, _ = _unique_np_all(x)
+        return UniqueInverse(coerce.own(v), coerce.own(inv))
+    v, _, inv, _ = _big_unique(x, full=True)
+    return UniqueInverse(v, inv)
 
 
 def unique_all(x, /):
     """(values, indices, inverse_indices, counts): the distinct values, the first index of
     each in the flattened x, each element's value index (x's shape), and the counts."""
     x = coerce.array(x)
-    v, i, inv, c = _unique_np_all(x)
-    return UniqueAll(coerce.own(v), coerce.own(i), coerce.own(inv), coerce.own(c))
+    if not chunks.big(x):
+        return UniqueAll(*(coerce.own(r) for r in _unique_np_all(x)))
+    return UniqueAll(*_big_unique(x, full=True))
 
 
 def _unique_np_all(x):
-    a = x.to_numpy()                  # MaterializeTooLarge above the limit, with its advice
+    a = x.to_numpy()
     flat = a.reshape(-1)
     v, i, inv, c = np.unique(flat, return_index=True, return_inverse=True, return_counts=True,
                              equal_nan=False)
     return v, i.astype(np.int64), inv.reshape(a.shape).astype(np.int64), c.astype(np.int64)
 
 
-def _big_unique(x):
-    """(values, counts) of a big pool array: sample-sorted, then one chunked pass keeping
-    each value that differs from its predecessor (NaN differs from everything)."""
+def _big_unique(x, full=False):
+    """(values, counts) of a big pool array, or with full (values, first indices, inverse
+    indices in x's shape, counts): sample-sorted (with the stable sorting permutation when
+    full), then one chunked pass keeping each value that differs from its predecessor (NaN
+    differs from everything) and, when full, the permutation's index at each kept place (the
+    first occurrence: the sort is stable) and every sorted element's value number, which
+    _unpermute sends back to the element's place in x."""
     flat = x.reshape(-1)
-    s = executor.new_like(flat.shape, flat.dtype, what="unique sorted")
-    _sample_sort(flat, s, want_index=False)
     n = flat.shape[0]
+    s = executor.new_like(flat.shape, flat.dtype, what="unique sorted")
+    perm = executor.new_like(flat.shape, np.int64, what="unique order") if full else None
+    _sample_sort(flat, s, want_index=False, index_out=perm)
     parts = chunks.ranges(n, chunks.rows(s))
     sizes = chunks.run(chunkjobs.RunStarts(), parts, s, [s])
     total = int(sum(sizes))
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     vals = executor.new_like((total,), flat.dtype, what="unique values")
     pos = executor.new_like((total + 1,), np.int64, what="unique starts")
+    arrays = [s, vals, pos]
+    if full:
+        first = executor.new_like((total,), np.int64, what="unique indices")
+        number = executor.new_like((n,), np.int64, what="unique numbers")
+        arrays += [perm, first, number]
     job = chunkjobs.RunStarts([r0 for r0, _ in parts], offsets)
-    chunks.run(job, parts, s, [s, vals, pos], outs=[vals, pos])
+    chunks.run(job, parts, s, arrays, outs=[a for a in arrays[1:] if a is not perm])
     pos[total:total + 1] = np.array([n], np.int64)
     if current().spmd:
         current().sync()
     counts = pos[1:] - pos[:-1]
-    return vals, counts
+    if not full:
+        return vals, counts
+    inv = _unpermute(perm, number).reshape(x.shape)
+    return vals, first, inv, counts
 
 
 # -- searching -----------------------------------------------------------------------------------
@@ -250,7 +299,7 @@ def nonzero(x, /):
     if x.ndim == 0:
         raise ValueError("nonzero of a 0-d array: use nonzero(atleast_1d(x))")
     if not chunks.big(x):
-        return tuple(coerce.own(i.astype(np.int64)) for i in np.nonzero(x.to_numpy()))
+        return _nonzero_blocks(x)
     flat = x.reshape(-1)
     parts = chunks.ranges(flat.shape[0], chunks.rows(flat))
     sizes = chunks.run(chunkjobs.NonzeroRows(x.shape), parts, flat, [flat])
@@ -260,3 +309,24 @@ def nonzero(x, /):
     job = chunkjobs.NonzeroRows(x.shape, [r0 for r0, _ in parts], offsets)
     chunks.run(job, parts, flat, [flat, out], outs=[out])
     return tuple(out[i] for i in range(x.ndim))
+
+
+def _nonzero_blocks(x):
+    """nonzero of an array that fits, in slab-sized blocks of x (zero-copy where the slab is
+    mapped here): one pass counts, the other writes each block's indices (unravelled into
+    x's shape) straight into the results, held by this process. Why not numpy's nonzero on
+    x.to_numpy(): the gathered copy, then the results' copy into the pool made it twice
+    numpy's time. Each block's indices are written before the next block's are computed, so
+    the temporary reuses the same (already faulted-in) memory."""
+    total = sum(int(np.count_nonzero(b)) for b in x.blocks())
+    outs = [coerce.empty_small((total,), np.int64) for _ in range(x.ndim)]
+    at = 0
+    for start, blk in x.blocks(with_index=True):
+        f = np.flatnonzero(blk)
+        if f.size:
+            f += start
+            coords = np.unravel_index(f, x.shape) if x.ndim > 1 else (f,)
+            for o, c in zip(outs, coords):
+                o[at:at + f.size] = c
+            at += f.size
+    return tuple(outs)

@@ -42,6 +42,12 @@ check(pt.argsort(x, descending=True), np.flip(599 - np.argsort(np.flip(a), kind=
 check(pt.unique_values(x), np.unique(a, equal_nan=False), "unique_values")
 check(pt.unique_counts(x).counts, np.unique(a, return_counts=True, equal_nan=False)[1],
       "unique_counts")
+want = np.unique(a, return_index=True, return_inverse=True, return_counts=True,
+                 equal_nan=False)
+for got, w, what in zip(pt.unique_all(x), want, ("values", "indices", "inverse", "counts")):
+    check(got, w.astype(np.int64) if what != "values" else w, "unique_all " + what)
+ti = rng.integers(-600, 600, 400)
+check(pt.take(x, pt.asarray(ti)), np.take(a, ti), "take with a big index array")
 b = rng.integers(-3, 4, (90, 7)).astype(np.int32)
 y = pt.asarray(b)
 check(pt.cumulative_sum(y, axis=0), np.cumsum(b, axis=0), "cumulative_sum axis 0")
@@ -51,6 +57,8 @@ check(pt.cumulative_sum(y, axis=1, include_initial=True),
 check(pt.sort(y, axis=0), np.sort(b, axis=0), "sort axis 0")
 for got, want in zip(pt.nonzero(y), np.nonzero(b)):
     check(got, want.astype(np.int64), "nonzero")
+for got, want in zip(pt.nonzero(y[:9]), np.nonzero(b[:9])):     # fits: each rank's own copy
+    check(got, want.astype(np.int64), "nonzero of a small array")
 s = np.sort(rng.random(400))
 nd = rng.random(100)
 check(pt.searchsorted(pt.asarray(s), pt.asarray(nd)), np.searchsorted(s, nd), "searchsorted")
