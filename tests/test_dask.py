@@ -249,6 +249,54 @@ def test_map_blocks_and_run_spmd(client):
         client.submit(make, pure=False).result()
 
 
+def test_run_spmd_makes_pool_operations_collective_across_members(client):
+    """Inside run_spmd every member's pool is SPMD: creation, elementwise work, reductions,
+    indexing writes and collectives run as one world; the client keeps rank 0's arrays."""
+    import collectives
+    h = np.random.default_rng(8).random((1024, 512), dtype=np.float32)
+    x = pt.asarray(h)
+    before = pt.current().free_bytes()
+
+    def step(x):
+        pool = pt.current()
+        assert pool.spmd and pool.role == "spmd"
+        y = x * 2 + 1                               # each member computes what it homes
+        z = pt.zeros((64, 8), dtype=np.float64)
+        z[pool.me] = pool.me + 1                    # every member writes one row
+        pt.sync()
+        ranks_seen = float(z.sum())
+        total = float(y.sum(dtype=np.float64))
+        n = float(collectives.allreduce(np.array([1.0]))[0])
+        scratch = pt.ones(1 << 18)                  # dropped by every member: freed
+        del scratch
+        return total, ranks_seen, n, (y, z) if pool.me == 0 else None
+
+    got = ptd.run_spmd(step, x)
+    want = float((h.astype(np.float64) * 2 + 1).sum())
+    assert [g[1:3] for g in got] == [(6.0 * 8, 3.0)] * 3
+    for g in got:
+        np.testing.assert_allclose(g[0], want, rtol=1e-5)
+    y, z = got[0][3]
+    assert not pt.current().spmd and pt.current().role == "plain"
+    np.testing.assert_allclose(y.to_numpy(), h * 2 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(z.to_numpy()[:3], np.repeat([[1.0], [2.0], [3.0]], 8, 1))
+    w = pt.full((1024, 512), 7, dtype=np.float32)   # the client allocates after: no overlap
+    np.testing.assert_allclose(y.to_numpy(), h * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(float(y.to_dask().sum().compute()), want, rtol=1e-5)
+    del y, z, w, got
+    assert pt.current().free_bytes() == before
+
+    def fails_on_one(x):                            # an error on one member: raised here,
+        if pt.current().me == 1:                    # the others are not left waiting
+            raise ArithmeticError("member 1 failed")
+        return float((x + 1).sum())
+    t0 = time.monotonic()
+    with pytest.raises(ArithmeticError, match="member 1 failed"):
+        ptd.run_spmd(fails_on_one, x)
+    assert time.monotonic() - t0 < 25
+    assert ptd.run_spmd(lambda x: float(x[5, 5]), x) == [float(h[5, 5])] * 3
+
+
 def test_attach_errors_are_clear(client):
     with pytest.raises(ValueError, match="already attached"):
         ptd.attach(client, memory="1GiB")

@@ -5,6 +5,13 @@ present at attach() is a member 1..N lending ``memory`` bytes (member.py). The c
 one slab only (under dask-mpi the ranks that run the scheduler and the client lend nothing of
 use): new arrays are placed on the workers (``block`` over members 1..N by default).
 
+Workers that join later (``cluster.scale(...)``, a restarted worker under a new address) are
+not members: a world's size is fixed when it is made, and the pool's arrays live in it. The
+rule: pool work is never pinned to them and they never hold slab views; Dask may still run
+other tasks there. Watch reports each one (a log line on the scheduler, and a
+``LateWorkerWarning`` at the client's next pool call); to make it a member, detach() and
+attach() again (the pool's arrays end with detach()).
+
 Faults (``Watch``, a SchedulerPlugin): a task pinned to a worker's slabs can only run there;
 when that worker is gone, Dask would leave the task waiting for it forever ("no-worker").
 Watch fails such tasks at once with ``PeerLost`` naming the member and the worker, when the
@@ -21,6 +28,11 @@ from ..pool.pool import DEFAULT_SLAB, Pool, check_slab_size
 from . import member, views
 
 WATCH = "pooltensor-watch"
+TOPIC = "pooltensor"     # the scheduler's events to the client (late workers)
+
+
+class LateWorkerWarning(UserWarning):
+    """A Dask worker joined the cluster after attach(): it is not a pool member."""
 _attached = {}           # the client side: "client", "pool", "ranks" (address -> rank)
 
 
@@ -108,7 +120,7 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
     coord = _coordinator(addrs)
     token = secrets.token_hex(8)
     cfg = {"slab_size": S, "memory": mem, "cache_bytes": cache_bytes, "timeout": timeout,
-           "token": token}
+           "token": token, "versions": True}
     views.register()
     made, failed = [], []
 
@@ -117,7 +129,7 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
             world = spawn.join(0, n, coord, timeout)
             made.append(Pool(world, role="plain", slab_size=S, memory=S,
                              cache_bytes=cache_bytes, placement=tuple(range(1, n)),
-                             attach=attach))
+                             attach=attach, versions=True))
         except BaseException as e:        # noqa: BLE001  (raised in attach below)
             failed.append(e)
 
@@ -141,9 +153,33 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
     atexit.unregister(_at_exit)       # at exit: detach before the pool's own finalize
     atexit.register(_at_exit)
     member.set_process_pool(pool)
+    _attached.update(client=client, pool=pool, ranks=ranks, late=[], warned=set())
+    client.subscribe_topic(TOPIC, _on_event)
     client.register_plugin(Watch(ranks), name=WATCH)
-    _attached.update(client=client, pool=pool, ranks=ranks)
     return pool
+
+
+def _on_event(event):
+    """(On the client's event thread.) The scheduler saw a worker that is not a member."""
+    _, msg = event
+    if isinstance(msg, dict) and msg.get("late") and "late" in _attached:
+        _attached["late"].append(msg["late"])
+
+
+def late_workers():
+    """Workers that joined the cluster after attach() (not pool members), as reported."""
+    return sorted(set(_attached.get("late", ())))
+
+
+def _warn_late():
+    import warnings
+    new = [w for w in late_workers() if w not in _attached["warned"]]
+    if new:
+        _attached["warned"].update(new)
+        warnings.warn(f"Dask worker(s) {new} joined the cluster after "
+                      f"pooltensor.dask.attach(): they are not pool members (a pool's world "
+                      f"cannot grow), so no pool work runs there; detach() and attach() "
+                      f"again to make them members", LateWorkerWarning, stacklevel=3)
 
 
 def attached(required=True):
@@ -154,6 +190,7 @@ def attached(required=True):
             raise RuntimeError("no pool is attached to a Dask client: call "
                                "pooltensor.dask.attach(client) first")
         return None
+    _warn_late()
     return _attached["client"], pool, _attached["ranks"]
 
 
@@ -165,6 +202,10 @@ def detach():
     if got is None:
         return
     client = got[0]
+    try:
+        client.unsubscribe_topic(TOPIC)
+    except Exception:                     # noqa: BLE001
+        pass
     t = threading.Thread(target=member.leave, name="pooltensor-detach", daemon=True)
     t.start()
     try:
@@ -252,6 +293,14 @@ class Watch(SchedulerPlugin):
         s, saved = getattr(self, "scheduler", None), getattr(self, "saved", None)
         if s is not None and saved is not None:
             await keep_local(s, saved)
+
+    def add_worker(self, scheduler, worker):
+        """A worker joined after attach(): not a member (see the module docstring)."""
+        if worker not in self.ranks:
+            import logging
+            logging.getLogger("pooltensor.dask").warning(
+                "pooltensor: Dask worker %s joined after attach(): not a pool member", worker)
+            scheduler.log_event(TOPIC, {"late": worker})
 
     def remove_worker(self, scheduler, worker, *, stimulus_id, **kwargs):
         """A member's worker is gone: fail what is pinned to it."""

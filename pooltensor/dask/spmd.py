@@ -5,11 +5,23 @@ worker (a task pinned to it) and in this process at the same time: ``collectives
 ``barrier`` and the other collectives inside fn meet across all of them. Pool arrays passed
 in arrive as the same arrays in each member's pool (any element readable and writable
 one-sided; ``pooltensor.dask.local_part(x)`` is the part a member homes, as a numpy view).
+
+For the call, every member's pool is an SPMD pool, as under mpiexec: pool arrays' operations
+(``x * 2 + 1``, ``x.sum()``, ``pooltensor.zeros(...)``, ``pooltensor.sync()``) are collective
+across the members, each computing the slabs it homes. Outside run_spmd only the client
+allocates; so on entry the client's allocator state travels to the workers with the call (the
+members then allocate in step, as SPMD ranks do), every member drops its cached copies of
+others' slabs (Dask tasks wrote without versions), and the call ends with the pool's sync.
+Afterwards the client's allocator is the pool's again: arrays made inside fn live on as the
+client's (rank 0's) copies, so return them from rank 0; the workers' copies must be dropped.
 """
 import threading
 
 import numpy as np
 
+from collectives.errors import CollectiveMismatch, PeerLost, Timeout
+
+from ..pool.alloc import SlabAllocator
 from . import member, views
 from .session import attached
 
@@ -18,10 +30,82 @@ def _as_refs(arrays):
     return [views.Ref(a) if hasattr(a, "_a") else a for a in arrays]
 
 
-def _on_member(fn, refs):
+_MODE = ("role", "spmd", "coherent", "exclusive", "placement")
+_one = threading.Lock()          # one SPMD call at a time from this client
+
+
+def _snapshot(pool):
+    """The client's allocator state, for the workers to allocate in step with it."""
+    with pool._lock:
+        pool.collect_frees()
+        return {"alloc": {h: [(a.nslabs, list(a._starts), list(a._lens), a.nfree, a.hwm)
+                              for a in pool._alloc[h]] for h in ("rw", "ro")},
+                "heap_used": {h: list(pool._heap_used[h]) for h in ("rw", "ro")},
+                "used": list(pool._used), "next_id": pool._next_id,
+                "placement": pool.placement}
+
+
+def _allocator(nslabs, starts, lens, nfree, hwm):
+    a = SlabAllocator(nslabs)
+    a._starts, a._lens, a.nfree, a.hwm = list(starts), list(lens), nfree, hwm
+    return a
+
+
+def _enter(pool, state):
+    """Turn this member's pool SPMD (collective: every member calls it); returns what
+    _leave() restores. state: the client's allocator state (None on the client)."""
+    if pool.win_ver is None:
+        raise RuntimeError("this pool keeps no slab versions, so it cannot turn SPMD")
+    saved = {k: getattr(pool, k) for k in _MODE}
+    with pool._lock:
+        if state is not None:
+            for h in ("rw", "ro"):
+                pool._alloc[h] = [_allocator(*t) for t in state["alloc"][h]]
+            pool._heap_used = {h: list(state["heap_used"][h]) for h in ("rw", "ro")}
+            pool._used = list(state["used"])
+            pool._next_id = state["next_id"]
+            pool.placement = state["placement"]
+            pool._pending = []
+        pool.role, pool.spmd, pool.coherent = "spmd", True, pool.size > 1
+        pool.exclusive = False
+        pool.cache.clear()
+    pool.world.barrier()
+    return saved
+
+
+def _leave(pool, saved, error):
+    """End the SPMD call on this member: the pool's sync (every member then sees every
+    write, and what all dropped is freed), then the pool's own mode again. error: what fn
+    raised here, if anything. A member whose fn raised its own error still comes to the
+    sync, saying it failed: the others meet it there (or, still inside an operation, get
+    CollectiveMismatch) instead of waiting. One whose collective already failed (mismatch,
+    a lost peer, a timeout: the others saw it too) does not."""
+    try:
+        if not isinstance(error, (CollectiveMismatch, PeerLost, Timeout)):
+            pool.sync(failed=error is not None)
+    except Exception:                  # noqa: BLE001  (fn's own error is the one to see)
+        if error is None:
+            raise
+    finally:
+        with pool._lock:
+            for k, v in saved.items():
+                setattr(pool, k, v)
+            if pool.role == "member":
+                pool._pending = []
+            pool.cache.clear()
+
+
+def _on_member(fn, refs, state=None):
     pool = member.process_pool()
     args = [r.array(pool) if isinstance(r, views.Ref) else r for r in refs]
-    return fn(*args)
+    saved, error = _enter(pool, state), None
+    try:
+        return fn(*args)
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        _leave(pool, saved, error)
 
 
 def local_part(x):
@@ -51,22 +135,27 @@ def run_spmd(fn, *arrays, timeout=None):
     PeerLost or Timeout rather than wait forever."""
     client, pool, ranks = attached()
     refs = _as_refs(arrays)
-    futs = [client.submit(_on_member, fn, refs, workers=[w], allow_other_workers=False,
-                          pure=False) for w, _ in sorted(ranks.items(), key=lambda t: t[1])]
-    out, err = [None], [None]
+    with _one:
+        state = _snapshot(pool)
+        futs = [client.submit(_on_member, fn, refs, state, workers=[w],
+                              allow_other_workers=False, pure=False)
+                for w, _ in sorted(ranks.items(), key=lambda t: t[1])]
+        out, err = [None], [None]
 
-    def mine():
+        def mine():
+            try:
+                out[0] = _on_member(fn, refs)
+            except BaseException as e:       # noqa: BLE001  (raised below, after the others)
+                err[0] = e
+
+        t = threading.Thread(target=mine, name="pooltensor-spmd-rank0", daemon=True)
+        t.start()
         try:
-            out[0] = _on_member(fn, refs)
-        except BaseException as e:       # noqa: BLE001  (raised below, after the others)
-            err[0] = e
-
-    t = threading.Thread(target=mine, name="pooltensor-spmd-rank0", daemon=True)
-    t.start()
-    try:
-        rest = client.gather(futs, errors="raise")
-    finally:
-        t.join(timeout if timeout is not None else pool.timeout + 5)
+            rest = client.gather(futs, errors="raise")
+        finally:
+            t.join(timeout if timeout is not None else pool.timeout + 5)
+    if t.is_alive():
+        raise TimeoutError("run_spmd: rank 0 (this process) did not finish with the workers")
     if err[0] is not None:
         raise err[0]
     return out + list(rest)
