@@ -74,6 +74,37 @@ def test_killed_worker_is_peer_lost_not_a_wait():
             ptd.detach()
 
 
+def test_worker_joining_after_attach_is_reported_and_left_out():
+    """A pool's world cannot grow: a worker added by scale() is no member; the client is
+    warned once, pool work keeps to the members, and pool calls on it say why they fail."""
+    import warnings
+    with _cluster(1) as cl, Client(cl) as c:
+        ptd.attach(c, memory="64MiB", timeout=30)
+        try:
+            (member,) = pt.current().dask_ranks
+            cl.scale(2)
+            c.wait_for_workers(2, timeout=60)
+            deadline = time.monotonic() + 20
+            while not ptd.session.late_workers() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            (late,) = ptd.session.late_workers()
+            assert late != member
+            assert c.run(lambda dask_worker: dask_worker.pooltensor_rank) == {member: 1,
+                                                                               late: None}
+            h = np.arange(1 << 16, dtype=np.float64).reshape(256, 256)
+            with pytest.warns(ptd.LateWorkerWarning, match="not pool members"):
+                x = pt.asarray(h)
+                d = x.to_dask(chunk_bytes="64KiB")
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ptd.LateWorkerWarning)   # once per worker
+                assert float((d + 1).sum().compute()) == float((h + 1).sum())
+                assert set(ptd.homes(d).values()) == {member}
+            with pytest.raises(RuntimeError, match="joined the cluster after attach"):
+                c.submit(ptd.process_pool, workers=[late], pure=False).result(timeout=30)
+        finally:
+            ptd.detach()
+
+
 def test_workers_started_by_hand_with_preload(tmp_path):
     """`dask worker ADDRESS --preload pooltensor.dask`, as on other machines: readied at start,
     made members by attach()."""
