@@ -294,7 +294,16 @@ def test_run_spmd_makes_pool_operations_collective_across_members(client):
     with pytest.raises(ArithmeticError, match="member 1 failed"):
         ptd.run_spmd(fails_on_one, x)
     assert time.monotonic() - t0 < 25
-    assert ptd.run_spmd(lambda x: float(x[5, 5]), x) == [float(h[5, 5])] * 3
+    token = tokenize(x)
+
+    def bump(x):                                    # each member adds 1 to its own part
+        start, mine = ptd.local_part(x)
+        mine += 1
+        pt.sync()                                   # every member's writes seen by all
+        return float(x[5, 5])
+    assert ptd.run_spmd(bump, x) == [float(h[5, 5]) + 1] * 3
+    assert tokenize(x) != token                     # written by the members: a new token
+    np.testing.assert_array_equal(x.to_dask().compute(), h + 1)
 
 
 def test_attach_errors_are_clear(client):

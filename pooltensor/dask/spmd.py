@@ -30,6 +30,7 @@ def _as_refs(arrays):
     return [views.Ref(a) if hasattr(a, "_a") else a for a in arrays]
 
 
+_CONSEQUENCES = (CollectiveMismatch, PeerLost, Timeout)   # what one member's error makes
 _MODE = ("role", "spmd", "coherent", "exclusive", "placement")
 _one = threading.Lock()          # one SPMD call at a time from this client
 
@@ -81,7 +82,7 @@ def _leave(pool, saved, error):
     CollectiveMismatch) instead of waiting. One whose collective already failed (mismatch,
     a lost peer, a timeout: the others saw it too) does not."""
     try:
-        if not isinstance(error, (CollectiveMismatch, PeerLost, Timeout)):
+        if not isinstance(error, _CONSEQUENCES):
             pool.sync(failed=error is not None)
     except Exception:                  # noqa: BLE001  (fn's own error is the one to see)
         if error is None:
@@ -131,8 +132,10 @@ def local_part(x):
 def run_spmd(fn, *arrays, timeout=None):
     """Run fn(*arrays) on every member of the attached pool at once, the client included (as
     rank 0), and return their results in rank order (see the module docstring). A member
-    that fails raises here (the first by rank); the others' collectives then fail with
-    PeerLost or Timeout rather than wait forever."""
+    that fails raises here: its own error, not what it caused the others (their
+    collectives then fail with CollectiveMismatch, PeerLost or Timeout rather than wait
+    forever)."""
+    from distributed import wait
     client, pool, ranks = attached()
     refs = _as_refs(arrays)
     with _one:
@@ -151,11 +154,18 @@ def run_spmd(fn, *arrays, timeout=None):
         t = threading.Thread(target=mine, name="pooltensor-spmd-rank0", daemon=True)
         t.start()
         try:
-            rest = client.gather(futs, errors="raise")
+            wait(futs)
         finally:
             t.join(timeout if timeout is not None else pool.timeout + 5)
+    for a in arrays:                         # the members may have written them: new tokens
+        if hasattr(a, "_a"):
+            a._a.version += 1
+    pool.cache.gen += 1
     if t.is_alive():
         raise TimeoutError("run_spmd: rank 0 (this process) did not finish with the workers")
-    if err[0] is not None:
-        raise err[0]
-    return out + list(rest)
+    errors = [(0, err[0])] if err[0] is not None else []
+    errors += [(r, f.exception()) for r, f in enumerate(futs, 1) if f.status == "error"]
+    if errors:                 # the cause: a member's own error before its consequences
+        own = [e for _, e in errors if not isinstance(e, _CONSEQUENCES)]
+        raise (own or [e for _, e in errors])[0]
+    return out + client.gather(futs)
