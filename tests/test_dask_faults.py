@@ -99,6 +99,15 @@ def test_worker_joining_after_attach_is_reported_and_left_out():
                 warnings.simplefilter("error", ptd.LateWorkerWarning)   # once per worker
                 assert float((d + 1).sum().compute()) == float((h + 1).sum())
                 assert set(ptd.homes(d).values()) == {member}
+            # a graph joining pool chunks with bigger data on the late worker: the tasks
+            # taking chunks stay on the member (else the slab views would travel there)
+            import dask.array as da
+            big = c.scatter(np.ones((256, 256, 4)), workers=[late])
+            db = da.from_delayed(dask.delayed(big), (256, 256, 4), dtype=np.float64)
+            got = (d[:, :, None] + db).persist()
+            wait(got)
+            assert {w for ws in c.who_has(got).values() for w in ws} == {member}
+            np.testing.assert_array_equal(got.compute(), h[:, :, None] + np.ones((1, 1, 4)))
             with pytest.raises(RuntimeError, match="joined the cluster after attach"):
                 c.submit(ptd.process_pool, workers=[late], pure=False).result(timeout=30)
         finally:

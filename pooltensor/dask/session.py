@@ -260,6 +260,16 @@ def _at_exit():
             pass
 
 
+CHUNKS = "pooltensor-"      # the name of every to_dask() chunk's key (arrays.py)
+
+
+def key_name(key):
+    """The name part of a Dask key (a string, or the first item of a tuple key)."""
+    while isinstance(key, tuple) and key:
+        key = key[0]
+    return key if isinstance(key, str) else str(key)
+
+
 def lost_error(rank, worker, key):
     """The PeerLost a task pinned to a lost member's slabs fails with."""
     return PeerLost(f"pool member {rank} (Dask worker {worker}) was lost: the slabs it homed "
@@ -281,6 +291,43 @@ class Watch(SchedulerPlugin):
     def __init__(self, ranks):
         self.ranks = dict(ranks)
         self.lost = set()
+        self.late = set()
+
+    def update_graph(self, scheduler, *, tasks=(), **kwargs):
+        """While workers that are not members are in the cluster: keep every new task that
+        takes pool chunks (to_dask()'s, or views made of them), directly or through other
+        tasks, on the members, so no slab view reaches a process outside the pool."""
+        if not self.late:
+            return
+        members = set(self.ranks) - self.lost
+        memo = {}
+
+        def pooled(ts):
+            stack = [ts]
+            while stack:
+                t = stack[-1]
+                if t.key in memo:
+                    stack.pop()
+                    continue
+                if key_name(t.key).startswith(CHUNKS):
+                    memo[t.key] = True
+                    stack.pop()
+                    continue
+                todo = [d for d in t.dependencies if d.key not in memo]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                memo[t.key] = any(memo[d.key] for d in t.dependencies)
+                stack.pop()
+            return memo[ts.key]
+
+        for key in tasks:
+            ts = scheduler.tasks.get(key)
+            if (ts is None or ts.state not in ("released", "waiting") or ts.worker_restrictions
+                    or not pooled(ts)):
+                continue
+            ts.worker_restrictions = set(members)
+            ts.loose_restrictions = False
 
     async def start(self, scheduler):
         """Remember the scheduler (to fail tasks pinned later) and make it place by data
@@ -297,6 +344,7 @@ class Watch(SchedulerPlugin):
     def add_worker(self, scheduler, worker):
         """A worker joined after attach(): not a member (see the module docstring)."""
         if worker not in self.ranks:
+            self.late.add(worker)
             import logging
             logging.getLogger("pooltensor.dask").warning(
                 "pooltensor: Dask worker %s joined after attach(): not a pool member", worker)
