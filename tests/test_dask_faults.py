@@ -16,6 +16,7 @@ from distributed import Client, LocalCluster, futures_of, wait  # noqa: E402
 
 import pooltensor as pt  # noqa: E402
 import pooltensor.dask as ptd  # noqa: E402
+import collectives  # noqa: E402
 from collectives.errors import PeerLost  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -68,6 +69,10 @@ def test_killed_worker_is_peer_lost_not_a_wait():
             with pytest.raises(PeerLost, match=r"member 2 \(Dask worker"):
                 x.to_dask(chunk_bytes="1MiB").sum().compute(timeout=60)
             assert time.monotonic() - t0 < 30
+            t0 = time.monotonic()              # SPMD over a world with a lost member
+            with pytest.raises(PeerLost):
+                ptd.run_spmd(lambda: collectives.allreduce(np.ones(1)))
+            assert time.monotonic() - t0 < 30 and not pt.current().spmd
             y = pt.asarray(np.arange(4096.0), placement=[1])  # the rest keeps working
             assert float(y.to_dask().sum().compute(timeout=30)) == float(np.arange(4096.0).sum())
         finally:

@@ -53,8 +53,9 @@ def _allocator(nslabs, starts, lens, nfree, hwm):
 
 
 def _enter(pool, state):
-    """Turn this member's pool SPMD (collective: every member calls it); returns what
-    _leave() restores. state: the client's allocator state (None on the client)."""
+    """Turn this member's pool SPMD (every member does, then meets the others at a
+    barrier); returns what _leave() restores. state: the client's allocator state (None on
+    the client)."""
     if pool.win_ver is None:
         raise RuntimeError("this pool keeps no slab versions, so it cannot turn SPMD")
     saved = {k: getattr(pool, k) for k in _MODE}
@@ -70,7 +71,6 @@ def _enter(pool, state):
         pool.role, pool.spmd, pool.coherent = "spmd", True, pool.size > 1
         pool.exclusive = False
         pool.cache.clear()
-    pool.world.barrier()
     return saved
 
 
@@ -101,6 +101,7 @@ def _on_member(fn, refs, state=None):
     args = [r.array(pool) if isinstance(r, views.Ref) else r for r in refs]
     saved, error = _enter(pool, state), None
     try:
+        pool.world.barrier()          # every member SPMD before any of them goes on
         return fn(*args)
     except BaseException as e:
         error = e
