@@ -21,7 +21,7 @@ import numpy as np
 
 from collectives.errors import CollectiveMismatch, PeerLost, Timeout
 
-from ..pool.alloc import SlabAllocator
+from ..pool import alloc
 from . import member, views
 from .session import attached
 
@@ -35,23 +35,6 @@ _MODE = ("role", "spmd", "coherent", "exclusive", "placement")
 _one = threading.Lock()          # one SPMD call at a time from this client
 
 
-def _snapshot(pool):
-    """The client's allocator state, for the workers to allocate in step with it."""
-    with pool._lock:
-        pool.collect_frees()
-        return {"alloc": {h: [(a.nslabs, list(a._starts), list(a._lens), a.nfree, a.hwm)
-                              for a in pool._alloc[h]] for h in ("rw", "ro")},
-                "heap_used": {h: list(pool._heap_used[h]) for h in ("rw", "ro")},
-                "used": list(pool._used), "next_id": pool._next_id,
-                "placement": pool.placement}
-
-
-def _allocator(nslabs, starts, lens, nfree, hwm):
-    a = SlabAllocator(nslabs)
-    a._starts, a._lens, a.nfree, a.hwm = list(starts), list(lens), nfree, hwm
-    return a
-
-
 def _enter(pool, state):
     """Turn this member's pool SPMD (every member does, then meets the others at a
     barrier); returns what _leave() restores. state: the client's allocator state (None on
@@ -61,13 +44,7 @@ def _enter(pool, state):
     saved = {k: getattr(pool, k) for k in _MODE}
     with pool._lock:
         if state is not None:
-            for h in ("rw", "ro"):
-                pool._alloc[h] = [_allocator(*t) for t in state["alloc"][h]]
-            pool._heap_used = {h: list(state["heap_used"][h]) for h in ("rw", "ro")}
-            pool._used = list(state["used"])
-            pool._next_id = state["next_id"]
-            pool.placement = state["placement"]
-            pool._pending = []
+            alloc.take_pool_state(pool, state)
         pool.role, pool.spmd, pool.coherent = "spmd", True, pool.size > 1
         pool.exclusive = False
         pool.cache.clear()
@@ -140,7 +117,7 @@ def run_spmd(fn, *arrays, timeout=None):
     client, pool, ranks = attached()
     refs = _as_refs(arrays)
     with _one:
-        state = _snapshot(pool)
+        state = alloc.pool_state(pool)
         futs = [client.submit(_on_member, fn, refs, state, workers=[w],
                               allow_other_workers=False, pure=False)
                 for w, _ in sorted(ranks.items(), key=lambda t: t[1])]
