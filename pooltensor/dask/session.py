@@ -299,7 +299,7 @@ class Watch(SchedulerPlugin):
         tasks, on the members, so no slab view reaches a process outside the pool."""
         if not self.late:
             return
-        members = set(self.ranks) - self.lost
+        members = (set(self.ranks) - self.lost) or set(self.ranks)  # all lost: PeerLost
         memo = {}
 
         def pooled(ts):
