@@ -194,6 +194,22 @@ def test_no_bytes_move_for_aligned_work_and_only_boundaries_for_misaligned(clien
                     if i != j)
     assert 0 < moved <= 2 * crossings * cols * 4, moved
     np.testing.assert_allclose(q.compute(), h[0][1:] + h[0][:-1], rtol=1e-6)
+    f = (a + a[::-1]).persist()           # chunks meet across workers: their handles travel
+    wait(f)
+    np.testing.assert_allclose(f.compute(), h[0] + h[0][::-1], rtol=1e-6)
+    chunks = futures_of(a)                # the copies are dropped: aligned work goes home
+    deadline = time.monotonic() + 10
+    while True:
+        who = client.who_has(chunks)
+        if all(len(who[f.key]) == 1 for f in chunks) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert {f.key: tuple(who[f.key]) for f in chunks} == \
+        {f.key: (ptd.homes(a)[f.key[1:]],) for f in chunks}
+    b2 = _out_bytes(client)
+    p2 = (a * b + c).persist()
+    wait(p2)
+    assert _out_bytes(client) - b2 == 0
 
 
 def test_slab_views_travel_as_handles_with_their_real_size(client):

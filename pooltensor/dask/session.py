@@ -358,12 +358,40 @@ class Watch(SchedulerPlugin):
         self._fail(scheduler, [ts.key for ts in list(scheduler.unrunnable)], stimulus_id)
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs):
-        """A task pinned to a lost member became unrunnable: fail it (after this
-        transition)."""
+        """A task pinned to a lost member became unrunnable: fail it; a task that took a
+        pool chunk on another worker than its home finished: drop that copy (both after
+        this transition)."""
+        s = getattr(self, "scheduler", None)
+        if s is None:
+            return
         if finish == "no-worker" and self.lost:
-            s = getattr(self, "scheduler", None)
-            if s is not None:
-                s.loop.add_callback(self._fail, s, [key], f"pooltensor-lost-{key}")
+            s.loop.add_callback(self._fail, s, [key], f"pooltensor-lost-{key}")
+        elif start == "processing" and finish == "memory":
+            ts = s.tasks.get(key)
+            if ts is not None and any(len(d.who_has) > 1 and d.worker_restrictions
+                                      and key_name(d.key).startswith(CHUNKS)
+                                      for d in ts.dependencies):
+                s.loop.add_callback(self._drop_copies, s, key)
+
+    def _drop_copies(self, scheduler, key):
+        """Forget the copies of `key`'s pool-chunk inputs held away from their homes once
+        no task waiting there needs them. A copy is a handle (reading it costs nothing
+        more), but the scheduler counts it as the chunk: left there, it would draw later
+        tasks on the chunk away from the worker that homes the chunk's slabs, and their
+        other inputs after them."""
+        ts = scheduler.tasks.get(key)
+        if ts is None:
+            return
+        for d in ts.dependencies:
+            if not (key_name(d.key).startswith(CHUNKS) and d.worker_restrictions
+                    and len(d.who_has) > 1 and d.state == "memory"):
+                continue
+            busy = {w.processing_on for w in d.waiters if w.processing_on is not None}
+            for ws in list(d.who_has):
+                if (len(d.who_has) > 1 and ws.address not in d.worker_restrictions
+                        and ws not in busy and ws.address in scheduler.workers):
+                    scheduler.request_remove_replicas(ws.address, [d.key],
+                                                      stimulus_id=f"pooltensor-home-{key}")
 
     def _fail(self, scheduler, keys, stimulus_id):
         recs = {}
