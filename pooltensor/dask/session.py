@@ -7,10 +7,16 @@ use): new arrays are placed on the workers (``block`` over members 1..N by defau
 
 Workers that join later (``cluster.scale(...)``, a restarted worker under a new address) are
 not members: a world's size is fixed when it is made, and the pool's arrays live in it. The
-rule: pool work is never pinned to them and they never hold slab views; Dask may still run
-other tasks there. Watch reports each one (a log line on the scheduler, and a
+rule: pool work is never pinned to them, and while they are in the cluster Watch keeps every
+new task that takes pool chunks (directly or through other tasks) on the members, so they
+never hold slab views; Dask still runs other work there. Watch reports each one (a log line on the scheduler, and a
 ``LateWorkerWarning`` at the client's next pool call); to make it a member, detach() and
 attach() again (the pool's arrays end with detach()).
+
+Homes (``Watch``): a task that takes chunks homed on two workers gets one of them as a copy
+(a handle: the bytes are read in place). Dask keeps such copies and counts each as the whole
+chunk, so later work on the chunk, and that work's other inputs, would be drawn to the copy's
+worker; Watch drops a copy once the task that took it is done.
 
 Faults (``Watch``, a SchedulerPlugin): a task pinned to a worker's slabs can only run there;
 when that worker is gone, Dask would leave the task waiting for it forever ("no-worker").
@@ -33,6 +39,8 @@ TOPIC = "pooltensor"     # the scheduler's events to the client (late workers)
 
 class LateWorkerWarning(UserWarning):
     """A Dask worker joined the cluster after attach(): it is not a pool member."""
+
+
 _attached = {}           # the client side: "client", "pool", "ranks" (address -> rank)
 
 
@@ -284,7 +292,8 @@ except ImportError:                       # pragma: no cover  (distributed is a 
 
 class Watch(SchedulerPlugin):
     """On the scheduler: fails tasks pinned to a lost member's worker with PeerLost instead
-    of leaving them to wait for it (see the module docstring)."""
+    of leaving them to wait for it, keeps pool work off workers that are not members, and
+    drops copies of pool chunks held away from their homes (see the module docstring)."""
 
     name = WATCH
 
