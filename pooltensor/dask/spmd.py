@@ -14,6 +14,8 @@ members then allocate in step, as SPMD ranks do), every member drops its cached 
 others' slabs (Dask tasks wrote without versions), and the call ends with the pool's sync.
 Afterwards the client's allocator is the pool's again: arrays made inside fn live on as the
 client's (rank 0's) copies, so return them from rank 0; the workers' copies must be dropped.
+One run_spmd at a time, and no other Dask work on pool arrays meanwhile (a worker with several
+threads would run it against a pool that is SPMD for the while).
 """
 import threading
 
