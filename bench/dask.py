@@ -19,12 +19,17 @@ the others):
 - ``mean0``:   a.mean(axis=0).compute()
 - ``blocks``:  a.map_blocks(lambda x: np.sqrt(x) * 2 + 1).sum().compute()
 - ``persist``: (a * b + c).persist(), waited for, then dropped
+- ``flip``:    (a + a[::-1]).sum().compute(): chunk i meets chunk n-1-i, half of them on the
+  other worker (plain dask sends those chunks' bytes; the pool sends handles and the
+  receiver reads the other worker's slabs in place)
 
 Each side runs under its own scheduling: plain dask under Dask's defaults (work stealing,
 queuing of root-ish tasks), the pool's under what attach() sets (tasks go to their inputs).
 
-Bytes moved between workers: the workers' own counter of bytes they sent to peers
-(``transfer_outgoing_bytes_total``), per operation. Ratio = plain's time / pool's (above 1:
+Bytes moved between workers, per operation: what the workers wrote to each other's
+connections (the ``compressed`` size of every entry of their ``transfer_outgoing_log``: the
+bytes on the wire), and Dask's own count (``transfer_outgoing_bytes_total``, which counts
+each value's ``sizeof``: a slab view's handle counts as its slab's size). Ratio = plain's time / pool's (above 1:
 the pool is faster). Results: DIR/dask[-quick].{json,txt,png}.
 """
 import argparse
@@ -51,7 +56,7 @@ def _common():
 
 common = _common()
 
-OPS = ("sum", "mean0", "blocks", "persist")
+OPS = ("sum", "mean0", "blocks", "persist", "flip")
 
 
 def _args(argv=None):
@@ -84,7 +89,11 @@ def _ops(a, b, c):
         p = (a * b + c).persist()
         wait(p)
         del p
-    return {"sum": op_sum, "mean0": op_mean0, "blocks": op_blocks, "persist": op_persist}
+
+    def op_flip():
+        return float((a + a[::-1]).sum().compute())
+    return {"sum": op_sum, "mean0": op_mean0, "blocks": op_blocks, "persist": op_persist,
+            "flip": op_flip}
 
 
 async def _scheduling(local, dask_scheduler=None):
@@ -100,8 +109,15 @@ async def _scheduling(local, dask_scheduler=None):
 
 
 def _sent(client):
-    return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total)
-               .values())
+    """(bytes on the wire, bytes by sizeof) the workers sent each other so far."""
+    def count(dask_worker):
+        log = dask_worker.transfer_outgoing_log
+        wire = getattr(dask_worker, "bench_wire", 0) + sum(e["compressed"] for e in log)
+        log.clear()
+        dask_worker.bench_wire = wire
+        return wire, dask_worker.transfer_outgoing_bytes_total
+    got = client.run(count).values()
+    return sum(w for w, _ in got), sum(n for _, n in got)
 
 
 def run(args):
@@ -133,10 +149,12 @@ def run(args):
             pooled = [x.to_dask(chunk_bytes=args.chunk) for x in pool_arrays]
             wait([f for d in pooled for f in __import__("distributed").futures_of(d)])
             sides = {"plain": _ops(*plain), "pool": _ops(*pooled)}
-            check = (sides["plain"]["sum"](), sides["pool"]["sum"]())
-            assert abs(check[0] - check[1]) <= 1e-4 * abs(check[0]), check
+            for o in ("sum", "flip"):          # the same values on both sides
+                check = (sides["plain"][o](), sides["pool"][o]())
+                assert abs(check[0] - check[1]) <= 1e-4 * abs(check[0]), (o, check)
             times = {(s, o): [] for s in sides for o in OPS}
             moved = {(s, o): [] for s in sides for o in OPS}
+            counted = {(s, o): [] for s in sides for o in OPS}
             for r in range(args.repeats):
                 for s, o in common.rotated([(s, o) for o in OPS for s in sides], r):
                     client.run_on_scheduler(_scheduling, s == "pool")
@@ -144,7 +162,9 @@ def run(args):
                     t0 = time.perf_counter()
                     sides[s][o]()
                     times[(s, o)].append(time.perf_counter() - t0)
-                    moved[(s, o)].append(_sent(client) - b0)
+                    b1 = _sent(client)
+                    moved[(s, o)].append(b1[0] - b0[0])
+                    counted[(s, o)].append(b1[1] - b0[1])
         finally:
             ptd.detach()
     out = []
@@ -155,10 +175,11 @@ def run(args):
             row[s + "_cold_s"] = t[0]
             row[s + "_warm_s"] = statistics.median(t[1:]) if len(t) > 1 else t[0]
             row[s + "_moved"] = int(statistics.median(moved[(s, o)]))
+            row[s + "_counted"] = int(statistics.median(counted[(s, o)]))
         row["ratio_cold"] = row["plain_cold_s"] / row["pool_cold_s"]
         row["ratio_warm"] = row["plain_warm_s"] / row["pool_warm_s"]
-        row["GBps_pool_warm"] = 3 * args.size / row["pool_warm_s"] / 1e9 if o in (
-            "sum", "persist") else args.size / row["pool_warm_s"] / 1e9
+        row["GBps_pool_warm"] = (3 if o in ("sum", "persist") else 2 if o == "flip" else 1) \
+            * args.size / row["pool_warm_s"] / 1e9
         out.append(row)
     return out, load_s
 
@@ -181,7 +202,7 @@ def plot(path, title, rows):
     bx.bar(x - 0.2, [r["plain_moved"] / 2**20 for r in rows], 0.4, label="plain dask")
     bx.bar(x + 0.2, [r["pool_moved"] / 2**20 for r in rows], 0.4, label="pool")
     bx.set_xticks(x, [r["op"] for r in rows])
-    bx.set_ylabel("MiB sent between workers")
+    bx.set_ylabel("MiB sent between workers (on the wire)")
     bx.set_title("bytes moved between workers")
     bx.legend()
     fig.suptitle(title)
@@ -196,10 +217,12 @@ def main(argv=None):
     load0 = os.getloadavg()
     rows, load_s = run(args)
     headers = ["op", "plain cold s", "pool cold s", "plain warm s", "pool warm s",
-               "ratio cold", "ratio warm", "plain MiB moved", "pool MiB moved"]
+               "ratio cold", "ratio warm", "plain MiB wire", "pool MiB wire",
+               "plain MiB sizeof", "pool MiB sizeof"]
     table = common.format_table(headers, [
         [r["op"], r["plain_cold_s"], r["pool_cold_s"], r["plain_warm_s"], r["pool_warm_s"],
-         r["ratio_cold"], r["ratio_warm"], r["plain_moved"] / 2**20, r["pool_moved"] / 2**20]
+         r["ratio_cold"], r["ratio_warm"], r["plain_moved"] / 2**20, r["pool_moved"] / 2**20,
+         r["plain_counted"] / 2**20, r["pool_counted"] / 2**20]
         for r in rows])
     title = (f"dask on pool arrays vs plain dask.array: 3 x {common.human_size(args.size)} "
              f"float32, chunks {common.human_size(args.chunk)}, LocalCluster 2 workers x 1 "

@@ -194,6 +194,22 @@ def test_no_bytes_move_for_aligned_work_and_only_boundaries_for_misaligned(clien
                     if i != j)
     assert 0 < moved <= 2 * crossings * cols * 4, moved
     np.testing.assert_allclose(q.compute(), h[0][1:] + h[0][:-1], rtol=1e-6)
+    f = (a + a[::-1]).persist()           # chunks meet across workers: their handles travel
+    wait(f)
+    np.testing.assert_allclose(f.compute(), h[0] + h[0][::-1], rtol=1e-6)
+    chunks = futures_of(a)                # the copies are dropped: aligned work goes home
+    deadline = time.monotonic() + 10
+    while True:
+        who = client.who_has(chunks)
+        if all(len(who[f.key]) == 1 for f in chunks) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert {f.key: tuple(who[f.key]) for f in chunks} == \
+        {f.key: (ptd.homes(a)[f.key[1:]],) for f in chunks}
+    b2 = _out_bytes(client)
+    p2 = (a * b + c).persist()
+    wait(p2)
+    assert _out_bytes(client) - b2 == 0
 
 
 def test_slab_views_travel_as_handles_with_their_real_size(client):
@@ -247,6 +263,63 @@ def test_map_blocks_and_run_spmd(client):
         pt.zeros(10)
     with pytest.raises(ValueError, match="allocator is another process"):
         client.submit(make, pure=False).result()
+
+
+def test_run_spmd_makes_pool_operations_collective_across_members(client):
+    """Inside run_spmd every member's pool is SPMD: creation, elementwise work, reductions,
+    indexing writes and collectives run as one world; the client keeps rank 0's arrays."""
+    import collectives
+    h = np.random.default_rng(8).random((1024, 512), dtype=np.float32)
+    x = pt.asarray(h)
+    before = pt.current().free_bytes()
+
+    def step(x):
+        pool = pt.current()
+        assert pool.spmd and pool.role == "spmd"
+        y = x * 2 + 1                               # each member computes what it homes
+        z = pt.zeros((64, 8), dtype=np.float64)
+        z[pool.me] = pool.me + 1                    # every member writes one row
+        pt.sync()
+        ranks_seen = float(z.sum())
+        total = float(y.sum(dtype=np.float64))
+        n = float(collectives.allreduce(np.array([1.0]))[0])
+        scratch = pt.ones(1 << 18)                  # dropped by every member: freed
+        del scratch
+        return total, ranks_seen, n, (y, z) if pool.me == 0 else None
+
+    got = ptd.run_spmd(step, x)
+    want = float((h.astype(np.float64) * 2 + 1).sum())
+    assert [g[1:3] for g in got] == [(6.0 * 8, 3.0)] * 3
+    for g in got:
+        np.testing.assert_allclose(g[0], want, rtol=1e-5)
+    y, z = got[0][3]
+    assert not pt.current().spmd and pt.current().role == "plain"
+    np.testing.assert_allclose(y.to_numpy(), h * 2 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(z.to_numpy()[:3], np.repeat([[1.0], [2.0], [3.0]], 8, 1))
+    w = pt.full((1024, 512), 7, dtype=np.float32)   # the client allocates after: no overlap
+    np.testing.assert_allclose(y.to_numpy(), h * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(float(y.to_dask().sum().compute()), want, rtol=1e-5)
+    del y, z, w, got
+    assert pt.current().free_bytes() == before
+
+    def fails_on_one(x):                            # an error on one member: raised here,
+        if pt.current().me == 1:                    # the others are not left waiting
+            raise ArithmeticError("member 1 failed")
+        return float((x + 1).sum())
+    t0 = time.monotonic()
+    with pytest.raises(ArithmeticError, match="member 1 failed"):
+        ptd.run_spmd(fails_on_one, x)
+    assert time.monotonic() - t0 < 25
+    token = tokenize(x)
+
+    def bump(x):                                    # each member adds 1 to its own part
+        start, mine = ptd.local_part(x)
+        mine += 1
+        pt.sync()                                   # every member's writes seen by all
+        return float(x[5, 5])
+    assert ptd.run_spmd(bump, x) == [float(h[5, 5]) + 1] * 3
+    assert tokenize(x) != token                     # written by the members: a new token
+    np.testing.assert_array_equal(x.to_dask().compute(), h + 1)
 
 
 def test_attach_errors_are_clear(client):

@@ -16,6 +16,7 @@ from distributed import Client, LocalCluster, futures_of, wait  # noqa: E402
 
 import pooltensor as pt  # noqa: E402
 import pooltensor.dask as ptd  # noqa: E402
+import collectives  # noqa: E402
 from collectives.errors import PeerLost  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -68,8 +69,52 @@ def test_killed_worker_is_peer_lost_not_a_wait():
             with pytest.raises(PeerLost, match=r"member 2 \(Dask worker"):
                 x.to_dask(chunk_bytes="1MiB").sum().compute(timeout=60)
             assert time.monotonic() - t0 < 30
+            t0 = time.monotonic()              # SPMD over a world with a lost member
+            with pytest.raises(PeerLost):
+                ptd.run_spmd(lambda: collectives.allreduce(np.ones(1)))
+            assert time.monotonic() - t0 < 30 and not pt.current().spmd
             y = pt.asarray(np.arange(4096.0), placement=[1])  # the rest keeps working
             assert float(y.to_dask().sum().compute(timeout=30)) == float(np.arange(4096.0).sum())
+        finally:
+            ptd.detach()
+
+
+def test_worker_joining_after_attach_is_reported_and_left_out():
+    """A pool's world cannot grow: a worker added by scale() is no member; the client is
+    warned once, pool work keeps to the members, and pool calls on it say why they fail."""
+    import warnings
+    with _cluster(1) as cl, Client(cl) as c:
+        ptd.attach(c, memory="64MiB", timeout=30)
+        try:
+            (member,) = pt.current().dask_ranks
+            cl.scale(2)
+            c.wait_for_workers(2, timeout=60)
+            deadline = time.monotonic() + 20
+            while not ptd.session.late_workers() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            (late,) = ptd.session.late_workers()
+            assert late != member
+            assert c.run(lambda dask_worker: dask_worker.pooltensor_rank) == {member: 1,
+                                                                               late: None}
+            h = np.arange(1 << 16, dtype=np.float64).reshape(256, 256)
+            with pytest.warns(ptd.LateWorkerWarning, match="not pool members"):
+                x = pt.asarray(h)
+                d = x.to_dask(chunk_bytes="64KiB")
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ptd.LateWorkerWarning)   # once per worker
+                assert float((d + 1).sum().compute()) == float((h + 1).sum())
+                assert set(ptd.homes(d).values()) == {member}
+            # a graph joining pool chunks with bigger data on the late worker: the tasks
+            # taking chunks stay on the member (else the slab views would travel there)
+            import dask.array as da
+            big = c.scatter(np.ones((256, 256, 4)), workers=[late])
+            db = da.from_delayed(dask.delayed(big), (256, 256, 4), dtype=np.float64)
+            got = (d[:, :, None] + db).persist()
+            wait(got)
+            assert {w for ws in c.who_has(got).values() for w in ws} == {member}
+            np.testing.assert_array_equal(got.compute(), h[:, :, None] + np.ones((1, 1, 4)))
+            with pytest.raises(RuntimeError, match="joined the cluster after attach"):
+                c.submit(ptd.process_pool, workers=[late], pure=False).result(timeout=30)
         finally:
             ptd.detach()
 

@@ -1,5 +1,7 @@
 """The pool's pure parts, without processes: slab allocator, placement policies, index
 arithmetic (the slab pieces of a view cover exactly its bytes)."""
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -56,7 +58,9 @@ def test_allocator_against_a_model(n, ops):
     for do_alloc, k in ops:
         if do_alloc:
             free, hwm = a.free_runs(), a.hwm
+            twin = SlabAllocator.from_state(pickle.loads(pickle.dumps(a.state())))
             runs = a.alloc(k)
+            assert twin.alloc(k) == runs and twin.state() == a.state()   # allocates in step
             if k > n - len(used):
                 assert runs is None
                 continue

@@ -19,12 +19,12 @@ pooltensor.dask`` (dask_setup below), so their serializers are ready before atta
 """
 from .arrays import from_dask, homes, map_blocks, row_bounds, to_dask
 from . import session  # noqa: F401  (the module, apart from its attach())
-from .session import attach, attached, detach
+from .session import LateWorkerWarning, attach, attached, detach
 from .state import process_pool
 from .spmd import local_part, run_spmd
 from .views import SlabView
 
-__all__ = ["attach", "detach", "attached", "to_dask", "from_dask", "homes", "map_blocks",
+__all__ = ["attach", "detach", "attached", "LateWorkerWarning", "to_dask", "from_dask", "homes", "map_blocks",
            "run_spmd", "local_part", "process_pool", "row_bounds", "SlabView", "dask_setup"]
 
 

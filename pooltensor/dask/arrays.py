@@ -28,7 +28,7 @@ from ..array import creation
 from ..pool import placement as _placement
 from ..pool import work
 from . import member, views
-from .session import attached
+from .session import CHUNKS, attached
 
 CHUNK_SLABS = 16            # default chunk: this many slabs
 _made = {}                  # dask array name -> block index -> worker (to_dask's homes)
@@ -183,7 +183,7 @@ def to_dask(x, chunk_bytes=None):
         raise ValueError("a private array lives in this process alone: Dask workers cannot "
                          "read it (create it with access='readwrite' or 'readonly')")
     pieces = _pieces(x, chunk_bytes)
-    name = "pooltensor-" + tokenize(x, [p[0] for p in pieces], [p[1].shape for p in pieces])
+    name = CHUNKS + tokenize(x, [p[0] for p in pieces], [p[1].shape for p in pieces])
     futures = []
     for idx, v, w in pieces:
         pin = {"workers": [w], "allow_other_workers": False} if w is not None else {}

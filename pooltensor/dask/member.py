@@ -15,7 +15,8 @@ lends, so lending memory does not make Dask spill or kill the worker. A worker w
 limit is left without one.
 
 A worker that joins the cluster after attach() is not a member (a world's size is fixed
-when it is made): its setup does nothing, and work on pool arrays is never pinned to it.
+when it is made): its setup marks it so (``pooltensor_rank`` None), work on pool arrays is
+never pinned to it, and the client is told (session.py, LateWorkerWarning).
 """
 import asyncio
 import logging
@@ -57,8 +58,9 @@ class Member(WorkerPlugin):
         """Join the pool (in a thread: the rendezvous waits for every member)."""
         rank = self.ranks.get(worker.address)
         if rank is None:
-            log.info("pooltensor: worker %s joined after attach(): not a pool member",
-                     worker.address)
+            log.warning("pooltensor: worker %s joined after attach(): not a pool member",
+                        worker.address)
+            worker.pooltensor_rank = None
             return
         self.rank = rank
         await asyncio.get_running_loop().run_in_executor(None, self._join, rank)

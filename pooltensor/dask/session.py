@@ -5,6 +5,19 @@ present at attach() is a member 1..N lending ``memory`` bytes (member.py). The c
 one slab only (under dask-mpi the ranks that run the scheduler and the client lend nothing of
 use): new arrays are placed on the workers (``block`` over members 1..N by default).
 
+Workers that join later (``cluster.scale(...)``, a restarted worker under a new address) are
+not members: a world's size is fixed when it is made, and the pool's arrays live in it. The
+rule: pool work is never pinned to them, and while they are in the cluster Watch keeps every
+new task that takes pool chunks (directly or through other tasks) on the members, so they
+never hold slab views; Dask still runs other work there. Watch reports each one (a log line on the scheduler, and a
+``LateWorkerWarning`` at the client's next pool call); to make it a member, detach() and
+attach() again (the pool's arrays end with detach()).
+
+Homes (``Watch``): a task that takes chunks homed on two workers gets one of them as a copy
+(a handle: the bytes are read in place). Dask keeps such copies and counts each as the whole
+chunk, so later work on the chunk, and that work's other inputs, would be drawn to the copy's
+worker; Watch drops a copy once the task that took it is done.
+
 Faults (``Watch``, a SchedulerPlugin): a task pinned to a worker's slabs can only run there;
 when that worker is gone, Dask would leave the task waiting for it forever ("no-worker").
 Watch fails such tasks at once with ``PeerLost`` naming the member and the worker, when the
@@ -21,6 +34,13 @@ from ..pool.pool import DEFAULT_SLAB, Pool, check_slab_size
 from . import member, views
 
 WATCH = "pooltensor-watch"
+TOPIC = "pooltensor"     # the scheduler's events to the client (late workers)
+
+
+class LateWorkerWarning(UserWarning):
+    """A Dask worker joined the cluster after attach(): it is not a pool member."""
+
+
 _attached = {}           # the client side: "client", "pool", "ranks" (address -> rank)
 
 
@@ -108,7 +128,7 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
     coord = _coordinator(addrs)
     token = secrets.token_hex(8)
     cfg = {"slab_size": S, "memory": mem, "cache_bytes": cache_bytes, "timeout": timeout,
-           "token": token}
+           "token": token, "versions": True}
     views.register()
     made, failed = [], []
 
@@ -117,7 +137,7 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
             world = spawn.join(0, n, coord, timeout)
             made.append(Pool(world, role="plain", slab_size=S, memory=S,
                              cache_bytes=cache_bytes, placement=tuple(range(1, n)),
-                             attach=attach))
+                             attach=attach, versions=True))
         except BaseException as e:        # noqa: BLE001  (raised in attach below)
             failed.append(e)
 
@@ -141,9 +161,33 @@ def attach(client, memory="8GiB", *, slab_size=None, cache_bytes=None, timeout=N
     atexit.unregister(_at_exit)       # at exit: detach before the pool's own finalize
     atexit.register(_at_exit)
     member.set_process_pool(pool)
+    _attached.update(client=client, pool=pool, ranks=ranks, late=[], warned=set())
+    client.subscribe_topic(TOPIC, _on_event)
     client.register_plugin(Watch(ranks), name=WATCH)
-    _attached.update(client=client, pool=pool, ranks=ranks)
     return pool
+
+
+def _on_event(event):
+    """(On the client's event thread.) The scheduler saw a worker that is not a member."""
+    _, msg = event
+    if isinstance(msg, dict) and msg.get("late") and "late" in _attached:
+        _attached["late"].append(msg["late"])
+
+
+def late_workers():
+    """Workers that joined the cluster after attach() (not pool members), as reported."""
+    return sorted(set(_attached.get("late", ())))
+
+
+def _warn_late():
+    import warnings
+    new = [w for w in late_workers() if w not in _attached["warned"]]
+    if new:
+        _attached["warned"].update(new)
+        warnings.warn(f"Dask worker(s) {new} joined the cluster after "
+                      f"pooltensor.dask.attach(): they are not pool members (a pool's world "
+                      f"cannot grow), so no pool work runs there; detach() and attach() "
+                      f"again to make them members", LateWorkerWarning, stacklevel=3)
 
 
 def attached(required=True):
@@ -154,6 +198,7 @@ def attached(required=True):
             raise RuntimeError("no pool is attached to a Dask client: call "
                                "pooltensor.dask.attach(client) first")
         return None
+    _warn_late()
     return _attached["client"], pool, _attached["ranks"]
 
 
@@ -165,6 +210,10 @@ def detach():
     if got is None:
         return
     client = got[0]
+    try:
+        client.unsubscribe_topic(TOPIC)
+    except Exception:                     # noqa: BLE001
+        pass
     t = threading.Thread(target=member.leave, name="pooltensor-detach", daemon=True)
     t.start()
     try:
@@ -219,6 +268,16 @@ def _at_exit():
             pass
 
 
+CHUNKS = "pooltensor-"      # the name of every to_dask() chunk's key (arrays.py)
+
+
+def key_name(key):
+    """The name part of a Dask key (a string, or the first item of a tuple key)."""
+    while isinstance(key, tuple) and key:
+        key = key[0]
+    return key if isinstance(key, str) else str(key)
+
+
 def lost_error(rank, worker, key):
     """The PeerLost a task pinned to a lost member's slabs fails with."""
     return PeerLost(f"pool member {rank} (Dask worker {worker}) was lost: the slabs it homed "
@@ -233,13 +292,51 @@ except ImportError:                       # pragma: no cover  (distributed is a 
 
 class Watch(SchedulerPlugin):
     """On the scheduler: fails tasks pinned to a lost member's worker with PeerLost instead
-    of leaving them to wait for it (see the module docstring)."""
+    of leaving them to wait for it, keeps pool work off workers that are not members, and
+    drops copies of pool chunks held away from their homes (see the module docstring)."""
 
     name = WATCH
 
     def __init__(self, ranks):
         self.ranks = dict(ranks)
         self.lost = set()
+        self.late = set()
+
+    def update_graph(self, scheduler, *, tasks=(), **kwargs):
+        """While workers that are not members are in the cluster: keep every new task that
+        takes pool chunks (to_dask()'s, or views made of them), directly or through other
+        tasks, on the members, so no slab view reaches a process outside the pool."""
+        if not self.late:
+            return
+        members = (set(self.ranks) - self.lost) or set(self.ranks)  # all lost: PeerLost
+        memo = {}
+
+        def pooled(ts):
+            stack = [ts]
+            while stack:
+                t = stack[-1]
+                if t.key in memo:
+                    stack.pop()
+                    continue
+                if key_name(t.key).startswith(CHUNKS):
+                    memo[t.key] = True
+                    stack.pop()
+                    continue
+                todo = [d for d in t.dependencies if d.key not in memo]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                memo[t.key] = any(memo[d.key] for d in t.dependencies)
+                stack.pop()
+            return memo[ts.key]
+
+        for key in tasks:
+            ts = scheduler.tasks.get(key)
+            if (ts is None or ts.state not in ("released", "waiting") or ts.worker_restrictions
+                    or not pooled(ts)):
+                continue
+            ts.worker_restrictions = set(members)
+            ts.loose_restrictions = False
 
     async def start(self, scheduler):
         """Remember the scheduler (to fail tasks pinned later) and make it place by data
@@ -253,6 +350,15 @@ class Watch(SchedulerPlugin):
         if s is not None and saved is not None:
             await keep_local(s, saved)
 
+    def add_worker(self, scheduler, worker):
+        """A worker joined after attach(): not a member (see the module docstring)."""
+        if worker not in self.ranks:
+            self.late.add(worker)
+            import logging
+            logging.getLogger("pooltensor.dask").warning(
+                "pooltensor: Dask worker %s joined after attach(): not a pool member", worker)
+            scheduler.log_event(TOPIC, {"late": worker})
+
     def remove_worker(self, scheduler, worker, *, stimulus_id, **kwargs):
         """A member's worker is gone: fail what is pinned to it."""
         if worker not in self.ranks:
@@ -261,12 +367,40 @@ class Watch(SchedulerPlugin):
         self._fail(scheduler, [ts.key for ts in list(scheduler.unrunnable)], stimulus_id)
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs):
-        """A task pinned to a lost member became unrunnable: fail it (after this
-        transition)."""
+        """A task pinned to a lost member became unrunnable: fail it; a task that took a
+        pool chunk on another worker than its home finished: drop that copy (both after
+        this transition)."""
+        s = getattr(self, "scheduler", None)
+        if s is None:
+            return
         if finish == "no-worker" and self.lost:
-            s = getattr(self, "scheduler", None)
-            if s is not None:
-                s.loop.add_callback(self._fail, s, [key], f"pooltensor-lost-{key}")
+            s.loop.add_callback(self._fail, s, [key], f"pooltensor-lost-{key}")
+        elif start == "processing" and finish == "memory":
+            ts = s.tasks.get(key)
+            if ts is not None and any(len(d.who_has) > 1 and d.worker_restrictions
+                                      and key_name(d.key).startswith(CHUNKS)
+                                      for d in ts.dependencies):
+                s.loop.add_callback(self._drop_copies, s, key)
+
+    def _drop_copies(self, scheduler, key):
+        """Forget the copies of `key`'s pool-chunk inputs held away from their homes once
+        no task waiting there needs them. A copy is a handle (reading it costs nothing
+        more), but the scheduler counts it as the chunk: left there, it would draw later
+        tasks on the chunk away from the worker that homes the chunk's slabs, and their
+        other inputs after them."""
+        ts = scheduler.tasks.get(key)
+        if ts is None:
+            return
+        for d in ts.dependencies:
+            if not (key_name(d.key).startswith(CHUNKS) and d.worker_restrictions
+                    and len(d.who_has) > 1 and d.state == "memory"):
+                continue
+            busy = {w.processing_on for w in d.waiters if w.processing_on is not None}
+            for ws in list(d.who_has):
+                if (len(d.who_has) > 1 and ws.address not in d.worker_restrictions
+                        and ws not in busy and ws.address in scheduler.workers):
+                    scheduler.request_remove_replicas(ws.address, [d.key],
+                                                      stimulus_id=f"pooltensor-home-{key}")
 
     def _fail(self, scheduler, keys, stimulus_id):
         recs = {}

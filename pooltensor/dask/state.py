@@ -12,8 +12,9 @@ def process_pool(required=True):
         return pool
     if required:
         raise RuntimeError("this process is not a member of a pooltensor pool: call "
-                           "pooltensor.dask.attach(client) first (and run pool work on the "
-                           "workers that were present then)")
+                           "pooltensor.dask.attach(client) first; a Dask worker that joined "
+                           "the cluster after attach() is not a member (detach() and attach() "
+                           "again to make it one)")
     return None
 
 

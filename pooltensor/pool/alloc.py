@@ -131,6 +131,18 @@ class SlabAllocator:
         self.nslabs = n
         return True
 
+    def state(self):
+        """Everything this allocator knows, as plain values (from_state() rebuilds it)."""
+        return (self.nslabs, list(self._starts), list(self._lens), self.nfree, self.hwm)
+
+    @classmethod
+    def from_state(cls, state):
+        """The allocator that state() described."""
+        nslabs, starts, lens, nfree, hwm = state
+        a = cls(nslabs)
+        a._starts, a._lens, a.nfree, a.hwm = list(starts), list(lens), int(nfree), int(hwm)
+        return a
+
     def free_runs(self):
         """The free runs, ascending: [(start, length), ...]."""
         return list(zip(self._starts, self._lens))
@@ -143,3 +155,28 @@ class SlabAllocator:
     def fragmentation(self):
         """0 when the free slabs form one run, towards 1 as they scatter: 1 - largest/free."""
         return 0.0 if self.nfree == 0 else 1.0 - self.largest / self.nfree
+
+
+def pool_state(pool):
+    """A pool's allocation state for its shared heaps, as plain values: what another member
+    takes (take_pool_state) to allocate in step with this one from then on, as SPMD ranks
+    do. Queued frees are given back first."""
+    with pool._lock:
+        pool.collect_frees()
+        return {"alloc": {h: [a.state() for a in pool._alloc[h]] for h in ("rw", "ro")},
+                "heap_used": {h: list(pool._heap_used[h]) for h in ("rw", "ro")},
+                "used": list(pool._used), "next_id": pool._next_id,
+                "placement": pool.placement}
+
+
+def take_pool_state(pool, state):
+    """Make `pool` allocate as the pool whose pool_state() `state` is (its own queued
+    frees are dropped: that pool's are the ones that count)."""
+    with pool._lock:
+        for h in ("rw", "ro"):
+            pool._alloc[h] = [SlabAllocator.from_state(t) for t in state["alloc"][h]]
+        pool._heap_used = {h: list(state["heap_used"][h]) for h in ("rw", "ro")}
+        pool._used = list(state["used"])
+        pool._next_id = state["next_id"]
+        pool.placement = state["placement"]
+        pool._pending = []

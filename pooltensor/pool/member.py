@@ -76,7 +76,8 @@ def build(world, cfg):
     how a Dask worker becomes a member (pooltensor.dask)."""
     cache = cfg.get("cache_bytes")
     return Pool(world, role="member", slab_size=cfg["slab_size"], memory=cfg["memory"],
-                cache_bytes=MEMBER_CACHE if cache is None else min(int(cache), MEMBER_CACHE))
+                cache_bytes=MEMBER_CACHE if cache is None else min(int(cache), MEMBER_CACHE),
+                versions=bool(cfg.get("versions")))
 
 
 class Ahead:

@@ -143,7 +143,8 @@ class Pool:
 
     def __init__(self, world, *, role, slab_size=None, memory=None, cache_bytes=None,
                  placement="block", materialize_limit=None, advanced_limit=None, procs=(),
-                 owns_world=False, attach=None, partition=None, leases=None, migrate=None):
+                 owns_world=False, attach=None, partition=None, leases=None, migrate=None,
+                 versions=False):
         self.world = world
         self.role = role                       # "spmd", "plain", "member" or "client"
         client = role == "client"              # memory servers hold every slab (client.py)
@@ -201,7 +202,9 @@ class Pool:
             self.win_ro_init = None
             if not self.spmd and self.size > 1:
                 self.win_ro_init = world.expose(self.win_ro.buffer, "rw")
-        self.win_ver = world.expose(8 * self.nslabs[self.me], "rw") if self.coherent else None
+        # versions: kept also for a pool whose members turn SPMD together for a while
+        self.win_ver = (world.expose(8 * self.nslabs[self.me], "rw")
+                        if self.coherent or versions else None)
         self.win_ctl = world.expose(64, "rw") if (not self.spmd and self.size > 1
                                                   and not client) else None
         # pool locks (locks.py): a page on every member, used on member 0's; a client of memory
