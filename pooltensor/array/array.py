@@ -404,7 +404,7 @@ class ndarray(NDArrayOperatorsMixin):
         if a.heap == "ro":
             arr.flags.writeable = False
         elif a.heap == "rw" and pool.coherent and a.members[k] == pool.me:
-            from ..pool.pool import _Export
+            from ..pool.allocation import _Export
             owner = _Export(arr)
             pool.note_export(a.slots[k], owner)
             arr = np.asarray(owner)

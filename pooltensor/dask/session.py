@@ -76,7 +76,7 @@ def _budget(addrs, mem, S):
     import socket
     import warnings
     from distributed.comm import get_address_host
-    from ..pool.pool import physical_memory
+    from ..pool.allocation import physical_memory
     mine = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
     try:
         mine.add(socket.gethostbyname(socket.gethostname()))

@@ -21,7 +21,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from ..array.array import ndarray
 from ..cache.layout import extent
-from ..pool.pool import Allocation
+from ..pool.allocation import Allocation
 from . import state
 
 

@@ -27,7 +27,7 @@ from collectives.errors import PeerLost, Timeout
 
 from ..cache.layout import extent
 from .channel import MemberError
-from .pool import Allocation
+from .allocation import Allocation
 
 ENV_MIN = "POOLTENSOR_MEMBER_WORK_MIN"
 WORK_MIN = 4 << 20                   # output bytes a member must home to be sent its part
