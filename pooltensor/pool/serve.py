@@ -217,6 +217,7 @@ class _Client:
         self.allocs = {}
         self.views = {}                # allocation id -> HeapView (plans run on it)
         self.next_id = 1
+        self.holds = set()             # named allocations it holds (names.py)
         self.state = "pending"         # -> "authed", or "dropped" (evicted while pending)
 
     @property
@@ -242,6 +243,8 @@ class Server:
         self.limits["allocations"] = NATIVE_SEGMENTS // n     # each client's share
         self.limits["registrations"] = NATIVE_KEYS // n
         self._secret = bytes(secret)
+        from .names import Names
+        self.names = Names(self)       # allocations that outlive their connection
         self._handle = handle          # runs a client's plan (pool/work.py) on its memory
         self.allow_code = bool(allow_code)
         self._log = log or stderr_log()
@@ -381,6 +384,7 @@ class Server:
             left = [a for c in self._clients for a in list(c.allocs.values())]
         for a in left:
             self._release(a)
+        self.names.release_all()
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
@@ -419,6 +423,7 @@ class Server:
             except OSError:
                 pass
             c.views.clear()
+            self.names.ended(c)
             freed = sum(a.size for a in c.allocs.values())
             n = len(c.allocs)
             for a in list(c.allocs.values()):
@@ -482,6 +487,10 @@ class Server:
             return {"ok": True, "free": self.free}
         if op == "plan":
             return self._plan(c, msg)
+        if isinstance(op, str) and op.startswith("name_"):
+            reply = self.names.request(c, msg)
+            if reply is not None:
+                return reply
         if op == "info":
             with self._lock:
                 clients = sum(1 for x in self._clients if x.authenticated)

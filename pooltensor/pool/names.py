@@ -1,0 +1,176 @@
+"""Named memory on a memory server: allocations that outlive the connection that made them.
+
+Why: a client's memory is freed when its control connection ends, but model weights loaded
+once must stay for the readers that come after the loader has left (pooltensor.store). A
+named allocation belongs to the server, not to a connection:
+
+- ``name_alloc {name, size}``: a new named allocation (counted against --memory like any
+  other), registered twice: an rw key (for whoever fills it) and an r key (for readers; the
+  engine refuses puts through it). ``size`` 0 makes an entry with no memory (a pointer: its
+  ``meta`` only).
+- ``name_set {name, meta}``: replace its metadata (bytes, at most META_LIMIT): one assignment
+  under the server's lock, so a reader sees the old or the new metadata, never a mix.
+- ``name_get {name}``: its r key, size and metadata; the connection now *holds* it.
+- ``name_release {name}``: the connection no longer holds it (also when the connection ends).
+- ``name_drop {name}``: the name goes at once (a new one may take it); the memory is freed
+  when no connection holds it any more, so readers of a dropped entry keep reading it.
+- ``name_list``: every name with its size, holders and metadata.
+
+The server keeps at most MAX_NAMES entries; each holds one segment and two keys of the
+native tables, outside the clients' shares (those are cut from what is left).
+"""
+import threading
+
+META_LIMIT = 16 << 20
+MAX_NAMES = 64
+NAME_MAX = 255
+
+
+class _Named:
+    __slots__ = ("name", "alloc", "meta", "holders", "dropped")
+
+    def __init__(self, name, alloc):
+        self.name, self.alloc, self.meta = name, alloc, b""
+        self.holders, self.dropped = set(), False
+
+
+class Names:
+    """The server's named allocations (see the module docstring). `server` gives memory
+    (_reserve/_unreserve, _new_segment, _register, _release)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.lock = threading.Lock()
+        self.live = {}          # name -> _Named
+        self.gone = []          # dropped entries still held by a connection
+
+    def request(self, c, msg):
+        op, name = msg.get("op"), msg.get("name")
+        if op == "name_list":
+            with self.lock:
+                return {"ok": True, "names": [
+                    {"name": n.name, "size": n.alloc.size if n.alloc else 0,
+                     "holders": len(n.holders), "meta": n.meta}
+                    for n in self.live.values()]}
+        if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX:
+            return {"ok": False, "error": f"a name is a string of 1..{NAME_MAX} characters"}
+        if op == "name_alloc":
+            return self._alloc(name, msg.get("size"))
+        if op == "name_set":
+            meta = msg.get("meta")
+            if not isinstance(meta, bytes) or len(meta) > META_LIMIT:
+                return {"ok": False, "error": f"meta must be bytes, at most {META_LIMIT}"}
+            with self.lock:
+                n = self.live.get(name)
+                if n is None:
+                    return self._missing(name)
+                n.meta = meta
+            return {"ok": True}
+        if op == "name_get":
+            with self.lock:
+                n = self.live.get(name)
+                if n is None:
+                    return self._missing(name)
+                n.holders.add(c.seq)
+                c.holds.add(n)
+                a = n.alloc
+                return {"ok": True, "size": a.size if a else 0, "meta": n.meta,
+                        "key": a.keys[1] if a else None, "data_port": self.server.data_port}
+        if op == "name_release":
+            with self.lock:
+                n = self.live.get(name) or next((g for g in self.gone if g.name == name
+                                                 and c.seq in g.holders), None)
+                if n is None:
+                    return self._missing(name)
+            self._unhold(c, n)
+            return {"ok": True}
+        if op == "name_drop":
+            with self.lock:
+                n = self.live.pop(name, None)
+                if n is None:
+                    return self._missing(name)
+                n.dropped = True
+                free_now = not n.holders
+                if not free_now:
+                    self.gone.append(n)
+            if free_now and n.alloc is not None:
+                self.server._release(n.alloc)
+            return {"ok": True, "held": not free_now}
+        return None
+
+    def _missing(self, name):
+        return {"ok": False, "error": f"no name {name!r} on this server", "missing": True}
+
+    def _alloc(self, name, size):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return {"ok": False, "error": "name_alloc needs a size >= 0"}
+        with self.lock:
+            if name in self.live:
+                return {"ok": False, "error": f"the name {name!r} is taken", "taken": True}
+            if len(self.live) + len(self.gone) >= MAX_NAMES:
+                return {"ok": False, "error": f"at most {MAX_NAMES} named allocations"}
+            n = self.live[name] = _Named(name, None)
+        if size:
+            a = self._segment(size)
+            if isinstance(a, dict):             # refused: the reason
+                with self.lock:
+                    self.live.pop(name, None)
+                return a
+            n.alloc = a
+        return {"ok": True, "size": n.alloc.size if n.alloc else 0,
+                "key": n.alloc.keys[0] if n.alloc else None,
+                "rkey": n.alloc.keys[1] if n.alloc else None,
+                "data_port": self.server.data_port}
+
+    def _segment(self, size):
+        """A segment of `size` bytes owned by the server (counted against its memory) with
+        an rw and an r key, or the refusal (a dict)."""
+        from .serve import PAGE, _Alloc, _native, _native_text, human
+        srv = self.server
+        rounded = -(-size // PAGE) * PAGE
+        with srv._lock:
+            free = srv.memory - srv._used
+            if rounded > free:
+                srv.counters["refused"] += 1
+                return {"ok": False, "free": free,
+                        "error": f"cannot allocate {size} bytes: {free} bytes free "
+                                 f"({human(free)} of {human(srv.memory)})"}
+            srv._used += rounded
+        try:
+            seg = _native.Segment(rounded)
+            srv._ctx.add_segment(seg)
+        except (MemoryError, _native.Error) as e:
+            with srv._lock:
+                srv._used -= rounded
+            return {"ok": False, "error": f"cannot allocate {size} bytes ({_native_text(e)})"}
+        a = _Alloc(0, seg, rounded)
+        for access in ("rw", "r"):
+            reply = srv._register(a, access)
+            if not reply["ok"]:
+                srv._release(a)
+                return reply
+        return a
+
+    def _unhold(self, c, n):
+        with self.lock:
+            n.holders.discard(c.seq)
+            c.holds.discard(n)
+            free_now = n.dropped and not n.holders
+            if free_now:
+                self.gone.remove(n)
+        if free_now and n.alloc is not None:
+            self.server._release(n.alloc)
+
+    def ended(self, c):
+        """Connection c is gone: it holds nothing any more."""
+        for n in list(c.holds):
+            self._unhold(c, n)
+
+    def release_all(self):
+        """The server stops: every named allocation goes."""
+        with self.lock:
+            every = list(self.live.values()) + self.gone
+            self.live, self.gone = {}, []
+        for n in every:
+            if n.alloc is not None:
+                self.server._release(n.alloc)
