@@ -393,7 +393,9 @@ class ndarray(NDArrayOperatorsMixin):
             owner = _Export(arr)
             pool.note_export(a.slots[k], owner)
             arr = np.asarray(owner)
-        return np.asarray(_Held(arr, a))
+        out = np.asarray(_Held(arr, a))
+        # the array interface spells ml_dtypes' types (bfloat16, ...) as raw bytes ('<V2')
+        return out if out.dtype == self._dtype else out.view(self._dtype)
 
     def __array__(self, dtype=None, copy=None):
         arr = self.to_numpy(copy=copy)

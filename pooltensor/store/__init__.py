@@ -24,6 +24,7 @@ Where a store lives:
   every rank can open). A version's arrays are freed when it was replaced or dropped and
   the last reader closed it (or dropped its arrays).
 """
+import builtins
 import os
 import threading
 from collections.abc import Mapping
@@ -233,7 +234,7 @@ def _servers(pool, placement):
     every = [*range(1, pool.size)]
     if placement is None or placement == "block":
         return every
-    if isinstance(placement, (list, tuple)):
+    if isinstance(placement, (builtins.list, tuple)):
         bad = [r for r in placement if r not in every]
         if bad or not placement:
             raise ValueError(f"placement names servers by rank (1..{pool.size - 1}), not "
@@ -279,7 +280,7 @@ def publish(name, tensors, *, placement=None, replicas=None, metadata=None):
     path(s), made current at once: open() gives it from now on, while readers of the old
     version keep theirs until they close it (then it is freed). Returns it open."""
     _check_name(name)
-    if isinstance(tensors, (str, os.PathLike, list, tuple)):
+    if isinstance(tensors, (str, os.PathLike, builtins.list, tuple)):
         fs = files.open_all(tensors)
         try:
             meta = dict(metadata or {})

@@ -1,0 +1,239 @@
+"""pooltensor.store: safetensors round trips against the safetensors package's own reader,
+stores on memory servers opened by other processes (and from another network namespace)
+after the loader left, versions published while readers hold the old one, damaged files."""
+import hashlib
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pooltensor as pt
+from netns import ns_cmd, netns  # noqa: F401  (the session fixture)
+from servers import SCRIPTS, ServerProc, env, make_secret
+
+pytestmark = pytest.mark.timeout(120)
+safetensors = pytest.importorskip("safetensors")
+
+NUMPY_DTYPES = ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64",
+                "int64", "float16", "float32", "float64"]
+SHAPES = [(), (0,), (1, 1, 1), (3, 5, 7), (1031,), (17, 33)]
+CACHE = 2 << 20                 # the big tensor is larger than this pool's slab cache
+
+
+def _tensors(rng):
+    t = {}
+    for i, dt in enumerate(NUMPY_DTYPES):
+        shape = SHAPES[i % len(SHAPES)]
+        if dt == "bool":
+            t[f"t_{dt}"] = np.asarray(rng.random(shape) > 0.5)
+        elif dt.startswith(("int", "uint")):
+            info = np.iinfo(dt)
+            t[f"t_{dt}"] = rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+        else:
+            t[f"t_{dt}"] = (rng.standard_normal(shape) * 100).astype(dt)
+    t["big"] = rng.standard_normal((700, 1100)).astype(np.float32)       # ~3 MiB
+    return t
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """Two safetensors files (a checkpoint in shards): every numpy dtype, odd shapes and one
+    tensor bigger than the cache (safetensors' numpy writer); bfloat16 and float8 (its flax
+    writer: numpy's knows neither)."""
+    import jax.numpy as jnp
+    from safetensors.flax import save_file as save_flax
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(7)
+    t = _tensors(rng)
+    d = tmp_path_factory.mktemp("store")
+    save_file(t, str(d / "model-1.safetensors"), metadata={"m": "1"})
+    t2 = {"bf16": rng.standard_normal((129, 3)).astype(ml_dtypes.bfloat16),
+          "f8": rng.standard_normal((5, 9)).astype(ml_dtypes.float8_e4m3fn)}
+    save_flax({k: jnp.asarray(v) for k, v in t2.items()}, str(d / "model-2.safetensors"))
+    return [str(d / "model-1.safetensors"), str(d / "model-2.safetensors")], dict(t, **t2)
+
+
+def reference(paths):
+    """Every tensor as the safetensors package reads it (numpy; flax for bfloat16, whose
+    numpy reader refuses it); the 8-bit float, which neither reads, is left out."""
+    from safetensors import safe_open
+    out = {}
+    with safe_open(paths[0], framework="numpy") as f:
+        for k in f.keys():
+            out[k] = f.get_tensor(k)
+    with safe_open(paths[1], framework="flax") as f:
+        out["bf16"] = np.asarray(f.get_tensor("bf16"))
+    return out
+
+
+def same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    secret = make_secret(tmp_path_factory.mktemp("secret"))
+    srv = [ServerProc("96MiB", secret).ready(), ServerProc("96MiB", secret).ready()]
+    yield secret, [s.address for s in srv], srv
+    for s in srv:
+        s.stop()
+
+
+@pytest.fixture
+def client(servers):
+    secret, addrs, _ = servers
+    pool = pt.init(connect=addrs, secret_file=secret, memory=16 << 20, cache_bytes=CACHE)
+    yield pool
+    for name in pt.store.list():
+        pt.store.drop(name)
+    pt.finalize()
+
+
+def names_on(pool):
+    """Every named allocation on every server: {name: holders}."""
+    out = {}
+    for r in range(1, pool.size):
+        for n in pool.world.server(r).request({"op": "name_list"})["names"]:
+            out[n["name"]] = n["holders"]
+    return out
+
+
+def check_model(store, path, t):
+    ref = reference(path)
+    assert sorted(store) == sorted(t)
+    for k, v in ref.items():
+        same(store[k], v)
+        same(store[k], t[k])
+    same(store["f8"], t["f8"])
+    assert store.metadata == {"m": "1"}
+    assert store["big"].access == "readonly"
+
+
+def test_roundtrip_local_pool(model):
+    path, t = model
+    pt.init(cache_bytes=CACHE)
+    try:
+        s = pt.store.load_safetensors(path, name="m")
+        check_model(s, path, t)
+        assert pt.store.list()["m"]["tensors"] == len(t)
+        assert pt.stats()["stores"]["m"]["bytes"] == sum(v.nbytes for v in t.values())
+        with pytest.raises(ValueError, match="read-only"):
+            s["big"][0, 0] = 1
+        with pytest.raises(ValueError, match="exists"):
+            pt.store.put("m", {"x": np.zeros(3)})
+        s2 = pt.store.publish("m", {"x": np.arange(5.0)})
+        assert s2.version == 2 and sorted(pt.store.open("m")) == ["x"]
+        check_model(s, path, t)                  # the old version, still held
+        pt.store.drop("m")
+        with pytest.raises(KeyError):
+            pt.store.open("m")
+    finally:
+        pt.finalize()
+
+
+def test_roundtrip_on_servers(client, model):
+    path, t = model
+    s = pt.store.load_safetensors(path, name="m")
+    check_model(s, path, t)
+    assert sorted({m for a in s.values() for m in a._a.members}) == [1, 2]   # spread
+    with pytest.raises(ValueError, match="read-only"):
+        s["t_float32"][...] = 0
+    info = pt.store.list()["m"]
+    assert info["version"] == 1 and info["bytes"] == sum(v.nbytes for v in t.values())
+
+
+def run_client(secret, addrs, *args, ns=None, timeout=60):
+    cmd = [sys.executable, str(SCRIPTS / "store_client.py"), secret, ",".join(addrs), *args]
+    if ns is not None:
+        cmd = ns_cmd(ns, cmd)
+    p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def digests(out):
+    return {ln.split()[1]: ln.split()[-1] for ln in out.splitlines() if ln.startswith("tensor")}
+
+
+def expected(t):
+    return {k: hashlib.sha256(np.ascontiguousarray(v).view(np.uint8).tobytes()).hexdigest()
+            for k, v in t.items()}
+
+
+def test_open_after_loader_left(servers, model):
+    """One process loads and exits; another (its own pool on the same servers) opens it."""
+    secret, addrs, srv = servers
+    path, t = model
+    run_client(secret, addrs, "load", ",".join(path), "shared")
+    assert digests(run_client(secret, addrs, "open", "shared")) == expected(t)
+    pt.init(connect=addrs, secret_file=secret, memory=16 << 20)
+    try:
+        free = [pt.current().world.server_info(r)["free"] for r in (1, 2)]
+        pt.store.drop("shared")
+        after = [pt.current().world.server_info(r)["free"] for r in (1, 2)]
+        assert sum(after) - sum(free) >= sum(v.nbytes for v in t.values())
+        assert pt.store.list() == {}
+    finally:
+        pt.finalize()
+
+
+def test_publish_while_readers_hold_the_old(client, servers):
+    secret, addrs, _ = servers
+    v1 = {"w": np.arange(300_000, dtype=np.float32)}
+    pt.store.put("rl", v1)
+    reader = pt.store.open("rl")
+    same(reader["w"], v1["w"])
+    v2 = {"w": -np.arange(300_000, dtype=np.float32)}
+    pt.store.publish("rl", v2)
+    assert pt.store.list()["rl"]["version"] == 2
+    # another process sees version 2 at once
+    assert digests(run_client(secret, addrs, "open", "rl")) == expected(v2)
+    same(reader["w"], v1["w"])                    # the old version, held here
+    assert reader.version == 1
+    held = names_on(client)
+    assert "store:rl@1/0" not in held               # dropped: no new reader finds it
+    free = [client.world.server_info(r)["free"] for r in (1, 2)]
+    reader.close()                  # the last holder of version 1: the servers free it
+    after = [client.world.server_info(r)["free"] for r in (1, 2)]
+    assert sum(after) - sum(free) >= v1["w"].nbytes
+    same(pt.store.open("rl")["w"], v2["w"])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "header", "offsets"])
+def test_damaged_file_registers_nothing(client, model, tmp_path, damage):
+    path, _ = model
+    raw = bytearray(open(path[0], "rb").read())
+    bad = tmp_path / "bad.safetensors"
+    if damage == "truncated":
+        raw = raw[:len(raw) - 1000]
+    elif damage == "header":
+        raw[10:30] = b"\xff" * 20
+    else:
+        raw = raw.replace(b'"data_offsets":[0,', b'"data_offsets":[8,', 1)
+    bad.write_bytes(bytes(raw))
+    before = names_on(client)
+    with pytest.raises(pt.store.SafetensorsError, match="bad.safetensors"):
+        pt.store.load_safetensors([path[1], str(bad)], name="bad")
+    assert names_on(client) == before and "bad" not in pt.store.list()
+    with pytest.raises(KeyError):
+        pt.store.open("bad")
+
+
+def test_open_from_another_namespace(netns, model, tmp_path):
+    """Servers in two namespaces; the loader in a third; a reader in the first namespace
+    (another machine as far as the pool can tell) after the loader left."""
+    path, t = model
+    secret = make_secret(tmp_path)
+    a = ServerProc("64MiB", secret, host=netns["addrs"][1], port=7011, ns=netns["names"][1])
+    b = ServerProc("64MiB", secret, host=netns["addrs"][2], port=7011, ns=netns["names"][2])
+    try:
+        a.ready(), b.ready()
+        addrs = [a.address, b.address]
+        run_client(secret, addrs, "load", ",".join(path), "nsmodel", ns=0)
+        assert digests(run_client(secret, addrs, "open", "nsmodel", ns=1)) == expected(t)
+    finally:
+        a.stop(), b.stop()
