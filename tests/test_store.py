@@ -237,3 +237,27 @@ def test_open_from_another_namespace(netns, model, tmp_path):
         assert digests(run_client(secret, addrs, "open", "nsmodel", ns=1)) == expected(t)
     finally:
         a.stop(), b.stop()
+
+
+def test_command_load_ls_drop(servers, model):
+    secret, addrs, _ = servers
+    path, t = model
+    base = [sys.executable, "-m", "pooltensor", "store"]
+    opts = ["--connect", ",".join(addrs), "--secret-file", secret]
+
+    def cmd(*args):
+        return subprocess.run(base + [*args] + opts, env=env(), capture_output=True,
+                              text=True, timeout=60)
+    p = cmd("load", "cli", *path)
+    assert p.returncode == 0 and "cli  version 1" in p.stdout, p.stderr
+    assert cmd("load", "cli", *path).returncode == 1          # exists: --publish replaces
+    assert "version 2" in cmd("load", "cli", path[1], "--publish").stdout
+    p = cmd("ls", "--json")
+    assert p.returncode == 0, p.stderr
+    import json
+    ls = json.loads(p.stdout)
+    assert ls["cli"]["version"] == 2 and ls["cli"]["tensors"] == 2
+    assert cmd("drop", "cli").returncode == 0
+    p = cmd("drop", "cli")
+    assert p.returncode == 1 and "no store named 'cli'" in p.stderr
+    assert json.loads(cmd("ls", "--json").stdout) == {}
