@@ -36,8 +36,9 @@ def add_parser(sub):
 
 
 def run(args):
-    import pooltensor as pt
     from collectives.errors import PooltensorError
+    from .. import store
+    from ..pool import runtime
     from ..pool.client import connect_from_env
     connect = args.connect or connect_from_env()
     if not connect:
@@ -45,13 +46,13 @@ def run(args):
               "$POOLTENSOR_CONNECT", file=sys.stderr)
         return 2
     try:
-        pt.init(connect=connect, secret_file=args.secret_file, memory=1 << 20)
+        runtime.init(connect=connect, secret_file=args.secret_file, memory=1 << 20)
     except (ValueError, OSError, PooltensorError) as e:
         print(f"pooltensor store: {e}", file=sys.stderr)
         return 1
     try:
         if args.store_command == "ls":
-            stores = pt.store.list()
+            stores = store.list()
             if args.json:
                 print(json.dumps(stores, indent=1, sort_keys=True))
             else:
@@ -59,12 +60,12 @@ def run(args):
                     print(f"{name}  version {s['version']}  {s['tensors']} tensors  "
                           f"{s['bytes']} bytes")
         elif args.store_command == "load":
-            how = pt.store.publish if args.publish else pt.store.load_safetensors
+            how = store.publish if args.publish else store.load_safetensors
             s = how(args.name, args.files) if args.publish else how(args.files, args.name)
             print(f"{s.name}  version {s.version}  {len(s)} tensors  {s.nbytes} bytes")
             s.close()
         else:
-            pt.store.drop(args.name)
+            store.drop(args.name)
             print(f"dropped {args.name}")
         return 0
     except KeyError as e:
@@ -74,4 +75,4 @@ def run(args):
         print(f"pooltensor store: {e}", file=sys.stderr)
         return 1
     finally:
-        pt.finalize()
+        runtime.finalize()

@@ -17,7 +17,7 @@ named allocation belongs to the server, not to a connection:
 - ``name_list``: every name with its size, holders and metadata.
 
 The server keeps at most MAX_NAMES entries; each holds one segment and two keys of the
-native tables, outside the clients' shares (those are cut from what is left).
+native tables (a full table is refused with a message saying so).
 """
 import threading
 
@@ -125,25 +125,10 @@ class Names:
     def _segment(self, size):
         """A segment of `size` bytes owned by the server (counted against its memory) with
         an rw and an r key, or the refusal (a dict)."""
-        from .serve import PAGE, _Alloc, _native, _native_text, human
         srv = self.server
-        rounded = -(-size // PAGE) * PAGE
-        with srv._lock:
-            free = srv.memory - srv._used
-            if rounded > free:
-                srv.counters["refused"] += 1
-                return {"ok": False, "free": free,
-                        "error": f"cannot allocate {size} bytes: {free} bytes free "
-                                 f"({human(free)} of {human(srv.memory)})"}
-            srv._used += rounded
-        try:
-            seg = _native.Segment(rounded)
-            srv._ctx.add_segment(seg)
-        except (MemoryError, _native.Error) as e:
-            with srv._lock:
-                srv._used -= rounded
-            return {"ok": False, "error": f"cannot allocate {size} bytes ({_native_text(e)})"}
-        a = _Alloc(0, seg, rounded)
+        a = srv._segment(size)
+        if isinstance(a, dict):
+            return a
         for access in ("rw", "r"):
             reply = srv._register(a, access)
             if not reply["ok"]:

@@ -535,6 +535,23 @@ class Server:
         full = self._key_limit(c)
         if full:
             return full
+        a = self._segment(size, c.next_id)
+        if isinstance(a, dict):
+            return a
+        c.next_id += 1
+        reply = self._register(a, access)
+        if not reply["ok"]:
+            self._release(a)
+            return reply
+        c.allocs[a.id] = a
+        with self._lock:
+            self.counters["allocations"] += 1
+        reply.update(id=a.id, size=size, data_port=self.data_port)
+        return reply
+
+    def _segment(self, size, aid=0):
+        """A new segment of `size` bytes (whole pages) counted against --memory, as an
+        _Alloc with no key yet; or the refusal (a dict)."""
         rounded = -(-size // PAGE) * PAGE
         with self._lock:
             free = self.memory - self._used
@@ -553,17 +570,7 @@ class Server:
             return {"ok": False, "free": self.free,
                     "error": f"cannot allocate {size} bytes: the server's memory or segment "
                              f"table is exhausted ({_native_text(e)})"}
-        a = _Alloc(c.next_id, seg, rounded)
-        c.next_id += 1
-        reply = self._register(a, access)
-        if not reply["ok"]:
-            self._release(a)
-            return reply
-        c.allocs[a.id] = a
-        with self._lock:
-            self.counters["allocations"] += 1
-        reply.update(id=a.id, size=size, data_port=self.data_port)
-        return reply
+        return _Alloc(aid, seg, rounded)
 
     def _key_limit(self, c):
         """The refusal for a client that holds its share of registrations, else None."""
