@@ -250,7 +250,6 @@ def test_command_load_ls_drop(servers, model):
                               text=True, timeout=60)
     p = cmd("load", "cli", *path)
     assert p.returncode == 0 and "cli  version 1" in p.stdout, p.stderr
-    assert cmd("load", "cli", *path).returncode == 1          # exists: --publish replaces
     assert "version 2" in cmd("load", "cli", path[1], "--publish").stdout
     p = cmd("ls", "--json")
     assert p.returncode == 0, p.stderr
@@ -260,4 +259,116 @@ def test_command_load_ls_drop(servers, model):
     assert cmd("drop", "cli").returncode == 0
     p = cmd("drop", "cli")
     assert p.returncode == 1 and "no store named 'cli'" in p.stderr
-    assert json.loads(cmd("ls", "--json").stdout) == {}
+
+
+# -- replication ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def five_servers(tmp_path_factory):
+    """Five memory servers (two to load on, three to replicate to) and a client pool, for
+    the tests below in their order: the last two each kill a server (1, then 2)."""
+    secret = make_secret(tmp_path_factory.mktemp("five"))
+    srv = [ServerProc("48MiB", secret) for _ in range(5)]
+    try:
+        for s in srv:
+            s.ready()
+        pool = pt.init(connect=[s.address for s in srv], secret_file=secret, memory=4 << 20)
+        yield pool, srv
+        pt.finalize()
+    finally:
+        for s in srv:
+            s.stop()
+
+
+@pytest.fixture
+def five(five_servers):
+    yield five_servers
+    for name in pt.store.list():
+        pt.store.drop(name)
+
+
+def replica_bytes(pool, name):
+    """Each full replica of store `name`, read back on its own: [{key: numpy}]."""
+    from pooltensor.store import kept
+    m = kept.read_manifest(pool.world, name)
+    out = []
+    for rp in m["replicas"]:
+        arrays, heap, held = kept.attach(pool, m, rp)
+        assert {a._a.members[0] for a in arrays.values() if a.size} == \
+            {kept.ranks_by_identity(pool.world)[tuple(rp["server"])]}
+        out.append({k: a.to_numpy() for k, a in arrays.items()})
+        kept.release(pool.world, held)
+        kept.forget(pool, heap)
+    return out
+
+
+MODEL = {"w": np.arange(5_000_000, dtype=np.float32), "v": np.ones((333, 77), np.int16)}
+
+
+def test_replicate_to_three(five):
+    pool, srv = five
+    pt.store.put("m", MODEL, placement=[1, 2])
+    where = pt.store.replicate("m", [3, 4, 5])
+    assert where == [srv[k].address for k in (2, 3, 4)]
+    reps = replica_bytes(pool, "m")
+    assert len(reps) == 3
+    for r in reps:
+        for k in MODEL:
+            same(r[k], MODEL[k])
+    info = pt.store.list()["m"]
+    assert info["full_replicas"] == 3 and info["version"] == 1
+    with pt.store.open("m", local=True) as s:           # every server is on this machine
+        assert {m for a in s.values() for m in a._a.members} == {3}
+        same(s["w"], MODEL["w"])
+
+
+def _kill_source_midway(pool, srv, source, members):
+    """Replicate in a thread; stop the source once the first member has part of the model
+    (SIGSTOP: it serves nothing more), check the copy is partial, then SIGKILL it."""
+    import signal
+    import threading
+    got = {}
+
+    def run():
+        try:
+            got["where"] = pt.store.replicate("m", members, timeout=5)
+        except Exception as e:        # noqa: BLE001 (what the test checks)
+            got["error"] = e
+    t = threading.Thread(target=run)
+    t.start()
+    first = pool.world.server(members[0])
+    total = sum(v.nbytes for v in MODEL.values())
+    pulled = None
+    for _ in range(20000):
+        names = {n["name"]: n for n in first.request({"op": "name_list"})["names"]}
+        full = [n for nm, n in names.items() if "/full" in nm]
+        if full and full[0]["pulled"] and full[0]["pulled"] > 0:
+            srv[source - 1].signal(signal.SIGSTOP)
+            pulled = full[0]["pulled"]
+            break
+    assert pulled is not None and 0 < pulled < total, pulled
+    srv[source - 1].signal(signal.SIGKILL)
+    t.join(60)
+    assert not t.is_alive()
+    return got
+
+
+def test_replicate_source_killed_with_replicas(five):
+    pool, srv = five
+    pt.store.put("m", MODEL, placement=[1, 2], replicas=2)   # every part on 1 and on 2
+    got = _kill_source_midway(pool, srv, 1, [3, 4, 5])
+    assert "error" not in got, got
+    for r in replica_bytes(pool, "m"):
+        for k in MODEL:
+            same(r[k], MODEL[k])
+
+
+def test_replicate_source_killed_without_replicas(five):
+    pool, srv = five                  # (server 1 was killed by the test before)
+    pt.store.put("m", MODEL, placement=[2])
+    got = _kill_source_midway(pool, srv, 2, [3, 4, 5])
+    e = got.get("error")
+    assert isinstance(e, pt.store.ReplicationError), got
+    assert "failed" in str(e) and f":{srv[1].data_port}" in str(e)
+    for r in (3, 4, 5):              # nothing left behind on the members
+        names = pool.world.server(r).request({"op": "name_list"})["names"]
+        assert not [n for n in names if "/full" in n["name"]]

@@ -14,7 +14,9 @@ named allocation belongs to the server, not to a connection:
 - ``name_release {name}``: the connection no longer holds it (also when the connection ends).
 - ``name_drop {name}``: the name goes at once (a new one may take it); the memory is freed
   when no connection holds it any more, so readers of a dropped entry keep reading it.
-- ``name_list``: every name with its size, holders and metadata.
+- ``name_list``: every name with its size, holders and metadata (and, for one being
+  filled, bytes pulled so far and the error if it failed).
+- ``name_pull {name, total, routes, timeout}``: fill it from other servers (pull.py).
 
 The server keeps at most MAX_NAMES entries; each holds one segment and two keys of the
 native tables (a full table is refused with a message saying so).
@@ -27,16 +29,17 @@ NAME_MAX = 255
 
 
 class _Named:
-    __slots__ = ("name", "alloc", "meta", "holders", "dropped")
+    __slots__ = ("name", "alloc", "meta", "holders", "dropped", "puller")
 
     def __init__(self, name, alloc):
         self.name, self.alloc, self.meta = name, alloc, b""
         self.holders, self.dropped = set(), False
+        self.puller = None              # pull.Puller filling it, if one was asked to
 
 
 class Names:
     """The server's named allocations (see the module docstring). `server` gives memory
-    (_reserve/_unreserve, _new_segment, _register, _release)."""
+    (_segment, _register, _release)."""
 
     def __init__(self, server):
         self.server = server
@@ -50,7 +53,9 @@ class Names:
             with self.lock:
                 return {"ok": True, "names": [
                     {"name": n.name, "size": n.alloc.size if n.alloc else 0,
-                     "holders": len(n.holders), "meta": n.meta}
+                     "holders": len(n.holders), "meta": n.meta,
+                     "pulled": int(n.puller.progress[0]) if n.puller else None,
+                     "error": n.puller.error if n.puller else None}
                     for n in self.live.values()]}
         if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX:
             return {"ok": False, "error": f"a name is a string of 1..{NAME_MAX} characters"}
@@ -66,6 +71,8 @@ class Names:
                     return self._missing(name)
                 n.meta = meta
             return {"ok": True}
+        if op == "name_pull":
+            return self._pull(name, msg)
         if op == "name_get":
             with self.lock:
                 n = self.live.get(name)
@@ -93,8 +100,8 @@ class Names:
                 free_now = not n.holders
                 if not free_now:
                     self.gone.append(n)
-            if free_now and n.alloc is not None:
-                self.server._release(n.alloc)
+            if free_now:
+                self._free(n)
             return {"ok": True, "held": not free_now}
         return None
 
@@ -143,8 +150,39 @@ class Names:
             free_now = n.dropped and not n.holders
             if free_now:
                 self.gone.remove(n)
-        if free_now and n.alloc is not None:
+        if free_now:
+            self._free(n)
+
+    def _free(self, n):
+        if n.puller is not None:            # it writes into the memory: stop it first
+            n.puller.stopped = True
+            n.puller.join(10)
+        if n.alloc is not None:
             self.server._release(n.alloc)
+
+    def _pull(self, name, msg):
+        from . import pull
+        total, timeout = msg.get("total"), msg.get("timeout", 30.0)
+        with self.lock:
+            n = self.live.get(name)
+            if n is None:
+                return self._missing(name)
+            if n.puller is not None:
+                return {"ok": False, "error": f"{name!r} is being filled already"}
+            if not isinstance(total, int) or total <= 0 or n.alloc is None or \
+                    n.alloc.size < total + 8 or not isinstance(timeout, (int, float)):
+                return {"ok": False, "error": "name_pull needs total > 0 with room for it "
+                                              "and its progress word, and a timeout"}
+            try:
+                routes = pull.check_routes(msg.get("routes"), total)
+            except ValueError as e:
+                return {"ok": False, "error": str(e)}
+            import numpy as np
+            buf = np.frombuffer(memoryview(n.alloc.seg), np.uint8)
+            n.puller = pull.Puller(buf, total, routes, self.server._secret, float(timeout),
+                                   self.server._log)
+        n.puller.start()
+        return {"ok": True}
 
     def ended(self, c):
         """Connection c is gone: it holds nothing any more."""
@@ -157,5 +195,4 @@ class Names:
             every = list(self.live.values()) + self.gone
             self.live, self.gone = {}, []
         for n in every:
-            if n.alloc is not None:
-                self.server._release(n.alloc)
+            self._free(n)

@@ -34,6 +34,7 @@ import numpy as np
 
 from . import files, kept
 from .files import SafetensorsError
+from .kept import ReplicationError
 
 _lock = threading.Lock()
 
@@ -46,13 +47,29 @@ class _Version:
         self.name, self.version, self.arrays = name, version, arrays
         self.manifest, self.heap, self.held = manifest, heap, [*held]
         self.readers = 0
+        self.key, self.replica = (name, version), None
 
     def summary(self):
         nbytes = sum(a.nbytes for a in self.arrays.values())
+        if self.heap is not None:
+            return _summary(self.manifest)
         reps = {len(c) for a in self.arrays.values() if a._a.copies
                 for c in a._a.copies} or {1}
         return {"version": self.version, "tensors": len(self.arrays), "bytes": int(nbytes),
-                "replicas": min(reps), "where": "servers" if self.heap else "pool"}
+                "replicas": min(reps), "full_replicas": 0, "where": "pool"}
+
+
+def _summary(m):
+    """What list() and stats() say of a version on servers, from its manifest."""
+    nbytes = 0
+    for t in m["tensors"].values():
+        n = files.parse_dtype(t["dtype"]).itemsize
+        for d in t["shape"]:
+            n *= d
+        nbytes += n
+    return {"version": m["version"], "tensors": len(m["tensors"]), "bytes": nbytes,
+            "replicas": 1 + len(m.get("copies", [])),
+            "full_replicas": len(m.get("replicas", [])), "where": "servers"}
 
 
 class Store(Mapping):
@@ -139,7 +156,7 @@ def _unref(pool, ver):
         reg = _registry(pool)
         if reg["current"].get(ver.name) is ver:
             return                          # still the current version: stays
-        reg["versions"].pop((ver.name, ver.version), None)
+        reg["versions"].pop(ver.key, None)
     if ver.heap is not None and not pool.closed:
         kept.release(pool.world, ver.held)
         kept.forget(pool, ver.heap)
@@ -180,12 +197,9 @@ def _make(pool, name, items, metadata, placement, replicas, first):
             raise ValueError(f"a store named {name!r} exists on the servers: publish() "
                              f"replaces it, drop() removes it")
         version = old["version"] + 1 if old else 1
-        if replicas not in (None, 1):
-            raise ValueError("replicas= of a store on memory servers is not supported: each "
-                             "slab is on one server")
         servers = _servers(pool, placement)
         manifest, arrays, heap, made = kept.write(pool, name, version, items, servers,
-                                                  metadata)
+                                                  metadata, _copies(replicas))
         try:
             for r, nm in made:           # this process reads it: hold it like a reader
                 pool.world.server(r).request({"op": "name_get", "name": nm})
@@ -228,6 +242,14 @@ def _make(pool, name, items, metadata, placement, replicas, first):
         old_ver.readers = 1
         _unref(pool, old_ver)
     return store
+
+
+def _copies(replicas):
+    if replicas is None:
+        return 1
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+        raise ValueError(f"replicas must be a positive integer, not {replicas!r}")
+    return replicas
 
 
 def _servers(pool, placement):
@@ -298,8 +320,9 @@ def publish(name, tensors, *, placement=None, replicas=None, metadata=None):
 
 def open(name, *, local=False):
     """The current version of store `name` as a read-only mapping key -> pool array (a
-    Store; close it when done). KeyError if there is no such store. local: no replica is
-    made here; the slabs are read where they are (through the cache)."""
+    Store; close it when done). KeyError if there is no such store. local=True: read from a
+    full replica on a memory server of this machine when replicate() made one (else from
+    where the version's parts are)."""
     _check_name(name)
     pool = _pool()
     reg = _registry(pool)
@@ -308,16 +331,19 @@ def open(name, *, local=False):
             manifest = kept.read_manifest(pool.world, name)
             if manifest is None:
                 raise KeyError(f"no store named {name!r} on the servers")
+            replica = kept.local_replica(pool.world, manifest) if local else None
+            vkey = (name, manifest["version"]) + ((replica["entry"],) if replica else ())
             with _lock:
-                ver = reg["versions"].get((name, manifest["version"]))
+                ver = reg["versions"].get(vkey)
             if ver is not None and ver.arrays:
                 return Store(pool, ver)
-            got = kept.attach(pool, manifest)
+            got = kept.attach(pool, manifest, replica)
             if got is not None:
                 arrays, heap, held = got
                 ver = _Version(name, manifest["version"], arrays, manifest, heap, held)
+                ver.key, ver.replica = vkey, replica
                 with _lock:
-                    reg["versions"][(name, ver.version)] = ver
+                    reg["versions"][vkey] = ver
                 return Store(pool, ver)
         raise RuntimeError(f"store {name!r} kept changing version while being opened")
     with _lock:
@@ -327,21 +353,39 @@ def open(name, *, local=False):
         return Store(pool, ver)
 
 
+def replicate(name, members, *, timeout=60.0):
+    """Copy the current version of store `name` whole to each memory server of `members`
+    (ranks of this pool's servers), in a pipeline: the servers form a chain in the order
+    given and each reads from the one before it while that one is still receiving (so N
+    members cost about one transfer, not N). A member whose source fails reads on from the
+    version's own parts or their copies (replicas=); with none left, ReplicationError
+    names the source and nothing is added. Readers then get a copy on their own machine
+    with open(name, local=True). Returns the servers' addresses that hold a replica."""
+    _check_name(name)
+    pool = _pool()
+    if not _on_servers(pool):
+        raise ValueError("replicate() copies a store between memory servers: init(connect=...)")
+    members = _servers(pool, [*members])
+    for _ in range(5):
+        manifest = kept.read_manifest(pool.world, name)
+        if manifest is None:
+            raise KeyError(f"no store named {name!r} on the servers")
+        out = kept.replicate(pool, manifest, members, timeout)
+        now = kept.read_manifest(pool.world, name)
+        if now is not None and now["version"] == manifest["version"]:
+            kept.publish(pool.world, name, out, first=False)
+            by_id = kept.ranks_by_identity(pool.world)
+            return [pool.world.hosts[by_id[tuple(rp["server"])]] for rp in out["replicas"]
+                    if tuple(rp["server"]) in by_id]
+        kept.drop_entries(pool.world, {"parts": out["replicas"][len(manifest["replicas"]):]})
+    raise RuntimeError(f"store {name!r} kept changing version while being replicated")
+
+
 def list():
     """Every store: {name: {version, tensors, bytes, replicas, where}}."""
     pool = _pool()
     if _on_servers(pool):
-        out = {}
-        for name, m in kept.listing(pool.world).items():
-            nbytes = 0
-            for t in m["tensors"].values():
-                n = files.parse_dtype(t["dtype"]).itemsize
-                for d in t["shape"]:
-                    n *= d
-                nbytes += n
-            out[name] = {"version": m["version"], "tensors": len(m["tensors"]),
-                         "bytes": nbytes, "replicas": 1, "where": "servers"}
-        return out
+        return {name: _summary(m) for name, m in kept.listing(pool.world).items()}
     with _lock:
         return {n: v.summary() for n, v in _registry(pool)["current"].items()}
 
@@ -372,5 +416,5 @@ def stats(pool=None):
         return {n: dict(v.summary(), readers=v.readers) for n, v in reg["current"].items()}
 
 
-__all__ = ["load_safetensors", "put", "publish", "open", "list", "drop", "Store",
-           "SafetensorsError", "stats"]
+__all__ = ["load_safetensors", "put", "publish", "open", "list", "drop", "replicate", "Store",
+           "SafetensorsError", "ReplicationError", "stats"]

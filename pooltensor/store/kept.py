@@ -4,9 +4,10 @@ Why: a client's pool memory on a server is freed when the client leaves, but wei
 loaded once for readers that come later (another script, on another machine, connected to
 the same servers). So a store version on servers lives in *named* allocations
 (pool/names.py): one per server holding part of it, ``store:NAME@V/I``, and a pointer entry
-``store:NAME`` (no memory) on the first server whose metadata is the version's manifest
-(msgpack). Publishing a version is one assignment of that metadata on the server: a reader
-sees the old manifest or the new one. The loader then drops the old version's entries; a
+``store:NAME`` (no memory) on every server, whose metadata is the version's manifest
+(msgpack), so that the registry outlives any one server. Publishing a version is one
+assignment of that metadata on each server: a reader takes the newest version any server
+names. The loader then drops the old version's entries; a
 reader that opened it holds them (the server frees them when the last holder releases them
 or disconnects).
 
@@ -21,6 +22,7 @@ import time
 import msgpack
 import numpy as np
 
+from collectives.errors import PeerLost
 from collectives.remote import ServerRefused
 from collectives.window import Window
 
@@ -54,8 +56,18 @@ def ranks_by_identity(world):
 
 
 def directory(world):
-    """The server that keeps the pointers: the first one this client connected to."""
-    return world.server(1)
+    """The servers that keep the pointers, as (rank, control connection): every server this
+    client is connected to that answers (a lost one is skipped)."""
+    return [(r, world.server(r)) for r in range(1, world.size)
+            if not world._ctx.peer_lost(r)]
+
+
+def _ask(srv, msg):
+    """srv.request(msg), or None when the server is gone (PeerLost: it is skipped)."""
+    try:
+        return srv.request(msg)
+    except PeerLost:
+        return None
 
 
 def missing(e):
@@ -97,42 +109,52 @@ def plan(nslabs, servers):
     return out
 
 
-def write(pool, name, version, items, servers, metadata):
+def write(pool, name, version, items, servers, metadata, copies=1):
     """Make version `version` of store `name` on `servers` (ranks): items is [(key, numpy
-    source)] in order. Returns (manifest dict, {key: ndarray}, heap, entries)."""
+    source)] in order. copies: that many copies of every part, copy j's part i on the
+    server j places after part i's (distinct servers). Returns (manifest dict, {key:
+    ndarray} over copy 0, heap, [(rank, entry)] made)."""
     S = pool.slab_size
     world = pool.world
+    if not 1 <= copies <= len(servers):
+        raise ValueError(f"replicas={copies} needs as many servers, and the store may use "
+                         f"{len(servers)}")
     counts = [-(-src.nbytes // S) for _, src in items]
     total = sum(counts)
     runs = plan(total, servers)
-    made, keys_w, keys_r, sizes = [], {}, {}, {}
+    made, layouts, wins = [], [], []
     try:
-        for i, r in enumerate(servers):
-            nm = entry(name, version, i)
-            rep = world.server(r).request({"op": "name_alloc", "name": nm,
-                                           "size": max(1, runs[r][1]) * S})
-            made.append((r, nm))
-            keys_w[r], keys_r[r], sizes[r] = rep["key"], rep["rkey"], rep["size"]
-        wwin = _window(pool, keys_w, sizes, "rw")
-        rwin = _window(pool, keys_r, sizes, "r")
-        heap = _heap(pool, rwin, wwin)
-        part = {r: i for i, r in enumerate(servers)}
-        owner = []                      # global slab -> (server rank, slot)
-        for r in servers:
-            first, n = runs[r]
-            owner += [(r, s) for s in range(n)]
+        for j in range(copies):
+            homes = servers[j:] + servers[:j]          # part i of copy j on homes[i]
+            keys_w, keys_r, sizes, parts = {}, {}, {}, []
+            for i, r0 in enumerate(servers):
+                r, count = homes[i], runs[r0][1]
+                nm = entry(name, version, i if j == 0 else f"{i}c{j}")
+                rep = world.server(r).request({"op": "name_alloc", "name": nm,
+                                               "size": max(1, count) * S})
+                made.append((r, nm))
+                keys_w[r], keys_r[r], sizes[r] = rep["key"], rep["rkey"], rep["size"]
+                parts.append({"server": identity(world.server(r)), "entry": nm,
+                              "count": count})
+            owner = [(homes[i], s) for i, r0 in enumerate(servers)
+                     for s in range(runs[r0][1])]
+            layouts.append((parts, owner))
+            wins.append((_window(pool, keys_w, sizes, "rw"), _window(pool, keys_r, sizes, "r")))
+        heap = _heap(pool, wins[0][1])
         tensors, arrays, g = {}, {}, 0
-        with progress.for_bytes(sum(src.nbytes for _, src in items), f"load {name}") as pb:
+        nbytes = sum(src.nbytes for _, src in items) * copies
+        with progress.for_bytes(nbytes, f"load {name}") as pb:
             for (key, src), n in zip(items, counts):
-                mem = owner[g:g + n]
-                _put(wwin, S, mem, src, pb)
+                for (parts, owner), (wwin, _) in zip(layouts, wins):
+                    _put(wwin, S, owner[g:g + n], src, pb)
+                mem = layouts[0][1][g:g + n]
+                part = {r: i for i, r in enumerate(servers)}
                 tensors[key] = {"dtype": files.dtype_name(src.dtype), "shape": list(src.shape),
                                 "slabs": _runs([(part[r], s) for r, s in mem])}
                 arrays[key] = _array(pool, heap, src.dtype, src.shape, mem)
                 g += n
-        pool.write_win[heap] = None
-        parts = [{"server": identity(world.server(r)), "entry": nm} for r, nm in made]
-        manifest = {"name": name, "version": version, "slab": S, "parts": parts,
+        manifest = {"name": name, "version": version, "slab": S, "parts": layouts[0][0],
+                    "copies": [parts for parts, _ in layouts[1:]], "replicas": [],
                     "tensors": tensors, "metadata": metadata, "time": time.time()}
         return manifest, arrays, heap, made
     except BaseException:
@@ -142,6 +164,14 @@ def write(pool, name, version, items, servers, metadata):
             except Exception:
                 pass
         raise
+
+
+def entries(manifest):
+    """Every named allocation of a version: its parts, their copies, its full replicas."""
+    out = [*manifest["parts"]]
+    for c in manifest.get("copies", []):
+        out += c
+    return out + [*manifest.get("replicas", [])]
 
 
 def _put(win, S, mem, src, pb):
@@ -181,30 +211,40 @@ def _array(pool, heap, dtype, shape, mem):
 
 
 def read_manifest(world, name):
-    """The manifest of store `name`'s current version (None if there is no such store)."""
-    d = directory(world)
-    try:
-        rep = d.request({"op": "name_get", "name": pointer(name)})
-    except ServerRefused as e:
-        if missing(e):
-            return None
-        raise
-    try:
-        d.request({"op": "name_release", "name": pointer(name)})
-    except ServerRefused:
-        pass
-    return msgpack.unpackb(rep["meta"], raw=False) if rep["meta"] else None
+    """The manifest of store `name`'s current version (None if there is no such store): the
+    newest version any server's pointer names (a publish sets every server's in turn)."""
+    best = None
+    for r, d in directory(world):
+        try:
+            rep = _ask(d, {"op": "name_get", "name": pointer(name)})
+        except ServerRefused as e:
+            if missing(e):
+                continue
+            raise
+        if rep is None:
+            continue
+        try:
+            d.request({"op": "name_release", "name": pointer(name)})
+        except (ServerRefused, PeerLost):
+            pass
+        if rep["meta"]:
+            m = msgpack.unpackb(rep["meta"], raw=False)
+            if best is None or m["version"] > best["version"]:
+                best = m
+    return best
 
 
-def attach(pool, manifest):
-    """Hold the parts of a manifest's version and build its arrays here: ({key: ndarray},
-    heap, held) or None when the version went in between (published over and dropped)."""
+def attach(pool, manifest, replica=None):
+    """Hold the parts of a manifest's version (or one full `replica` of it) and build its
+    arrays here: ({key: ndarray}, heap, held), or None when the version went in between
+    (published over and dropped)."""
     world = pool.world
     by_id = ranks_by_identity(world)
+    parts = manifest["parts"] if replica is None else [replica]
     held, keys, sizes = [], {}, {}
     rank_of = {}
     try:
-        for i, p in enumerate(manifest["parts"]):
+        for i, p in enumerate(parts):
             r = by_id.get(tuple(p["server"]))
             if r is None:
                 raise ValueError(f"store {manifest['name']!r} lives partly on server "
@@ -224,14 +264,127 @@ def attach(pool, manifest):
                              f"{manifest.get('slab')} B, this pool's are {pool.slab_size} B: "
                              f"init(slab_size={manifest.get('slab')})")
         heap = _heap(pool, _window(pool, keys, sizes, "r"))
+        starts = np.cumsum([0] + [p["count"] for p in manifest["parts"]]).tolist()
         arrays = {}
         for key, t in manifest["tensors"].items():
-            mem = [(rank_of[i], s + j) for i, s, n in t["slabs"] for j in range(n)]
+            if replica is None:
+                mem = [(rank_of[i], s + j) for i, s, n in t["slabs"] for j in range(n)]
+            else:               # a full copy: the slabs of every part, one after the other
+                mem = [(rank_of[0], starts[i] + s + j) for i, s, n in t["slabs"]
+                       for j in range(n)]
             arrays[key] = _array(pool, heap, files.parse_dtype(t["dtype"]), t["shape"], mem)
         return arrays, heap, held
     except BaseException:
         release(world, held)
         raise
+
+
+def local_replica(world, manifest):
+    """A full replica of the version on a server of this machine, or None."""
+    from collectives.rendezvous.bootstrap import machine_identity
+    here = machine_identity()
+    by_id = ranks_by_identity(world)
+    for rp in manifest.get("replicas", []):
+        r = by_id.get(tuple(rp["server"]))
+        if r is not None and world.server(r).facts.get("machine") == here:
+            return rp
+    return None
+
+
+class ReplicationError(RuntimeError):
+    """replicate() could not give every member a complete copy (a source lost, no other)."""
+
+
+def _route(world, by_id, parts, S, holds):
+    """The pieces of `parts` (a layout of the whole version) as a pull route."""
+    route, dst = [], 0
+    for p in parts:
+        r = by_id[tuple(p["server"])]
+        srv = world.server(r)
+        rep = srv.request({"op": "name_get", "name": p["entry"]})
+        holds.append((r, p["entry"]))
+        n = p["count"] * S
+        if n:
+            route.append({"ip": srv.ip, "port": srv.data_port, "key": int(rep["key"]),
+                          "off": 0, "len": n, "dst": dst, "prog": None})
+        dst += n
+    return route
+
+
+def replicate(pool, manifest, members, timeout):
+    """Copy the version to each server of `members` (ranks), in a chain: each member reads
+    from the one before it while that one receives (pool/pull.py); when a source fails,
+    from the version's own parts or their copies. Returns the manifest with the replicas
+    added (not yet published)."""
+    world = pool.world
+    S = manifest["slab"]
+    total = sum(p["count"] for p in manifest["parts"]) * S
+    by_id = ranks_by_identity(world)
+    holds, made = [], []
+    try:
+        layouts = [manifest["parts"]] + manifest.get("copies", [])
+        fallback = []
+        for parts in layouts:
+            try:
+                fallback.append(_route(world, by_id, parts, S, holds))
+            except (ServerRefused, KeyError, PeerLost):
+                continue
+        for rp in manifest.get("replicas", []):
+            try:
+                fallback.append(_route(world, by_id, [rp], S, holds))
+            except (ServerRefused, KeyError, PeerLost):
+                continue
+        prev = None
+        n0 = len(manifest.get("replicas", []))
+        for k, r in enumerate(members):
+            srv = world.server(r)
+            nm = entry(manifest["name"], manifest["version"], f"full{n0 + k}")
+            rep = srv.request({"op": "name_alloc", "name": nm, "size": total + 8})
+            made.append((r, nm))
+            chain = [[{"ip": prev[0].ip, "port": prev[0].data_port, "key": prev[1], "off": 0,
+                       "len": total, "dst": 0, "prog": total}]] if prev else []
+            srv.request({"op": "name_pull", "name": nm, "total": total,
+                         "routes": chain + fallback, "timeout": float(timeout)})
+            prev = (srv, int(rep["rkey"]))
+        _wait(world, made, total, timeout * (len(members) + 1))
+        out = dict(manifest)
+        out["replicas"] = [*manifest.get("replicas", [])] + [
+            {"server": identity(world.server(r)), "entry": nm,
+             "count": total // S} for r, nm in made]
+        return out
+    except BaseException:
+        for r, nm in made:
+            try:
+                world.server(r).request({"op": "name_drop", "name": nm})
+            except Exception:
+                pass
+        raise
+    finally:
+        release(world, holds)
+
+
+def _wait(world, made, total, timeout):
+    """Until every pull of `made` is complete: ReplicationError naming the first that
+    failed, or Timeout."""
+    deadline = time.monotonic() + timeout
+    left = dict(made)
+    while left:
+        for r in sorted({r for r in left}):
+            got = {n["name"]: n for n in world.server(r).request({"op": "name_list"})["names"]}
+            nm = left[r]
+            st = got.get(nm)
+            if st is None or st["pulled"] == -1:
+                why = st["error"] if st else "the entry is gone"
+                raise ReplicationError(f"replication to memory server {world.hosts[r]} "
+                                       f"failed: {why}")
+            if st["pulled"] >= total:
+                del left[r]
+        if left and time.monotonic() > deadline:
+            from collectives.errors import Timeout
+            raise Timeout(f"replication not complete within {timeout:.0f} s "
+                          f"(waiting for {[world.hosts[r] for r in left]})")
+        if left:
+            time.sleep(0.01)
 
 
 def release(world, held):
@@ -243,53 +396,74 @@ def release(world, held):
 
 
 def publish(world, name, manifest, first):
-    """Make `manifest` the current version of `name` (one assignment on the directory
-    server). first: the pointer must be new (a load, not a publish)."""
-    d = directory(world)
-    if first:
+    """Make `manifest` the current version of `name`: one assignment of each server's
+    pointer (so the pointers outlive any one server). first: the pointer must be new (a
+    load, not a publish)."""
+    meta = msgpack.packb(manifest, use_bin_type=True)
+    made, told = [], 0
+    for r, d in directory(world):
         try:
-            d.request({"op": "name_alloc", "name": pointer(name), "size": 0})
+            if first or _ask(d, {"op": "name_set", "name": pointer(name), "meta": meta}) is None:
+                raise ServerRefused("no name: a pointer to make")
+            told += 1
+            continue
         except ServerRefused as e:
-            if "taken" in str(e):
+            if not missing(e):
+                raise
+        try:
+            if _ask(d, {"op": "name_alloc", "name": pointer(name), "size": 0}) is None:
+                continue
+        except ServerRefused as e:
+            if "taken" in str(e) and first:
+                for d2 in made:
+                    _ask(d2, {"op": "name_drop", "name": pointer(name)})
                 raise ValueError(f"a store named {name!r} exists on the servers: publish() "
                                  f"replaces it, drop() removes it") from None
             raise
-    d.request({"op": "name_set", "name": pointer(name),
-               "meta": msgpack.packb(manifest, use_bin_type=True)})
+        made.append(d)
+        d.request({"op": "name_set", "name": pointer(name), "meta": meta})
+        told += 1
+    if not told:
+        raise PeerLost(f"no memory server answered to publish store {name!r}")
 
 
 def drop_entries(world, manifest):
     by_id = ranks_by_identity(world)
-    for p in manifest["parts"]:
+    for p in entries(manifest):
         r = by_id.get(tuple(p["server"]))
         if r is not None:
             try:
-                world.server(r).request({"op": "name_drop", "name": p["entry"]})
+                _ask(world.server(r), {"op": "name_drop", "name": p["entry"]})
             except ServerRefused as e:
                 if not missing(e):
                     raise
 
 
 def listing(world):
-    """{name: manifest} of every store on the directory server."""
-    rep = directory(world).request({"op": "name_list"})
+    """{name: manifest} of every store, the newest version any server's pointer names."""
     out = {}
-    for n in rep["names"]:
-        nm = n["name"]
-        if nm.startswith(PREFIX) and "@" not in nm and n["meta"]:
-            out[nm[len(PREFIX):]] = msgpack.unpackb(n["meta"], raw=False)
+    for r, d in directory(world):
+        rep = _ask(d, {"op": "name_list"})
+        for n in (rep or {}).get("names", []):
+            nm = n["name"]
+            if nm.startswith(PREFIX) and "@" not in nm and n["meta"]:
+                m = msgpack.unpackb(n["meta"], raw=False)
+                old = out.get(nm[len(PREFIX):])
+                if old is None or m["version"] > old["version"]:
+                    out[nm[len(PREFIX):]] = m
     return out
 
 
 def drop(world, name):
     """Remove store `name` from the servers: False if there was none."""
     m = read_manifest(world, name)
-    try:
-        directory(world).request({"op": "name_drop", "name": pointer(name)})
-    except ServerRefused as e:
-        if missing(e):
-            return False
-        raise
+    found = False
+    for r, d in directory(world):
+        try:
+            found = _ask(d, {"op": "name_drop", "name": pointer(name)}) is not None or found
+        except ServerRefused as e:
+            if not missing(e):
+                raise
     if m is not None:
         drop_entries(world, m)
-    return True
+    return found
