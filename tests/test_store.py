@@ -239,26 +239,35 @@ def test_open_from_another_namespace(netns, model, tmp_path):
         a.stop(), b.stop()
 
 
-def test_command_load_ls_drop(servers, model):
+def test_command_load_ls_drop(servers, model, capsys, monkeypatch):
+    """The subcommands, run in this process (their parser and run(); the entry point itself
+    is the one test_command.py runs)."""
+    import json
+
+    from pooltensor.cli import main
     secret, addrs, _ = servers
     path, t = model
-    base = [sys.executable, "-m", "pooltensor", "store"]
     opts = ["--connect", ",".join(addrs), "--secret-file", secret]
 
     def cmd(*args):
-        return subprocess.run(base + [*args] + opts, env=env(), capture_output=True,
-                              text=True, timeout=60)
-    p = cmd("load", "cli", *path)
-    assert p.returncode == 0 and "cli  version 1" in p.stdout, p.stderr
-    assert "version 2" in cmd("load", "cli", path[1], "--publish").stdout
-    p = cmd("ls", "--json")
-    assert p.returncode == 0, p.stderr
-    import json
-    ls = json.loads(p.stdout)
+        code = main(["store", *args, *opts])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    code, out, err = cmd("load", "cli", *path)
+    assert code == 0 and "cli  version 1" in out, err
+    assert cmd("load", "cli", *path)[0] == 1          # exists: --publish replaces it
+    assert "version 2" in cmd("load", "cli", path[1], "--publish")[1]
+    code, out, err = cmd("ls", "--json")
+    assert code == 0, err
+    ls = json.loads(out)
     assert ls["cli"]["version"] == 2 and ls["cli"]["tensors"] == 2
-    assert cmd("drop", "cli").returncode == 0
-    p = cmd("drop", "cli")
-    assert p.returncode == 1 and "no store named 'cli'" in p.stderr
+    assert cmd("drop", "cli")[0] == 0
+    code, out, err = cmd("drop", "cli")
+    assert code == 1 and "no store named 'cli'" in err
+    assert json.loads(cmd("ls", "--json")[1]) == {}
+    monkeypatch.delenv("POOLTENSOR_CONNECT", raising=False)
+    assert main(["store", "ls"]) == 2                 # no servers named
+    assert "--connect" in capsys.readouterr().err
 
 
 # -- replication ----------------------------------------------------------------------------
@@ -372,3 +381,14 @@ def test_replicate_source_killed_without_replicas(five):
     for r in (3, 4, 5):              # nothing left behind on the members
         names = pool.world.server(r).request({"op": "name_list"})["names"]
         assert not [n for n in names if "/full" in n["name"]]
+
+
+def test_spmd_ranks_share_a_store(tmp_path):
+    from conftest import check_ranks
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(3)
+    t = _tensors(rng)
+    path = tmp_path / "spmd.safetensors"
+    save_file(t, str(path))
+    p = check_ranks("launch", 2, "store_spmd.py", str(path))
+    assert p.stdout.count("store spmd ok") == 2, p.stdout
