@@ -203,6 +203,22 @@ def test_publish_while_readers_hold_the_old(client, servers):
     same(pt.store.open("rl")["w"], v2["w"])
 
 
+def test_loader_dying_halfway_leaves_nothing(client, servers):
+    secret, addrs, _ = servers
+    cmd = [sys.executable, str(SCRIPTS / "store_client.py"), secret, ",".join(addrs), "half",
+           "half"]
+    p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3 and "written" in p.stdout, p.stdout + p.stderr
+    import time
+    for _ in range(100):              # the servers see the connection end
+        left = [n for n in names_on(client) if n.startswith("store:half")]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert not left
+    assert "half" not in pt.store.list()
+
+
 @pytest.mark.parametrize("damage", ["truncated", "header", "offsets"])
 def test_damaged_file_registers_nothing(client, model, tmp_path, damage):
     path, _ = model

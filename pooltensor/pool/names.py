@@ -4,10 +4,11 @@ Why: a client's memory is freed when its control connection ends, but model weig
 once must stay for the readers that come after the loader has left (pooltensor.store). A
 named allocation belongs to the server, not to a connection:
 
-- ``name_alloc {name, size}``: a new named allocation (counted against --memory like any
-  other), registered twice: an rw key (for whoever fills it) and an r key (for readers; the
-  engine refuses puts through it). ``size`` 0 makes an entry with no memory (a pointer: its
-  ``meta`` only).
+- ``name_alloc {name, size, pending}``: a new named allocation (counted against --memory
+  like any other), registered twice: an rw key (for whoever fills it) and an r key (for
+  readers; the engine refuses puts through it). ``size`` 0 makes an entry with no memory (a
+  pointer: its ``meta`` only). ``pending``: it is dropped when the connection that made it
+  ends before ``name_keep {name}`` (a loader that dies halfway leaves nothing behind).
 - ``name_set {name, meta}``: replace its metadata (bytes, at most META_LIMIT): one assignment
   under the server's lock, so a reader sees the old or the new metadata, never a mix.
 - ``name_get {name}``: its r key, size and metadata; the connection now *holds* it.
@@ -29,12 +30,13 @@ NAME_MAX = 255
 
 
 class _Named:
-    __slots__ = ("name", "alloc", "meta", "holders", "dropped", "puller")
+    __slots__ = ("name", "alloc", "meta", "holders", "dropped", "puller", "owner")
 
     def __init__(self, name, alloc):
         self.name, self.alloc, self.meta = name, alloc, b""
         self.holders, self.dropped = set(), False
         self.puller = None              # pull.Puller filling it, if one was asked to
+        self.owner = None               # the connection that made it, until name_keep
 
 
 class Names:
@@ -60,7 +62,20 @@ class Names:
         if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX:
             return {"ok": False, "error": f"a name is a string of 1..{NAME_MAX} characters"}
         if op == "name_alloc":
-            return self._alloc(name, msg.get("size"))
+            reply = self._alloc(name, msg.get("size"))
+            if reply["ok"] and msg.get("pending"):
+                with self.lock:
+                    n = self.live[name]
+                    n.owner = c.seq
+                    c.holds.add(n)
+            return reply
+        if op == "name_keep":
+            with self.lock:
+                n = self.live.get(name)
+                if n is None:
+                    return self._missing(name)
+                n.owner = None
+            return {"ok": True}
         if op == "name_set":
             meta = msg.get("meta")
             if not isinstance(meta, bytes) or len(meta) > META_LIMIT:
@@ -147,7 +162,7 @@ class Names:
         with self.lock:
             n.holders.discard(c.seq)
             c.holds.discard(n)
-            free_now = n.dropped and not n.holders
+            free_now = n.dropped and not n.holders and n in self.gone
             if free_now:
                 self.gone.remove(n)
         if free_now:
@@ -185,8 +200,15 @@ class Names:
         return {"ok": True}
 
     def ended(self, c):
-        """Connection c is gone: it holds nothing any more."""
+        """Connection c is gone: it holds nothing any more, and what it made pending (not
+        kept yet) is dropped."""
         for n in list(c.holds):
+            if n.owner == c.seq and not n.dropped:
+                with self.lock:
+                    if self.live.get(n.name) is n:
+                        del self.live[n.name]
+                        n.dropped = True
+                        self.gone.append(n)
             self._unhold(c, n)
 
     def release_all(self):

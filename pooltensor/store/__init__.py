@@ -203,6 +203,7 @@ def _make(pool, name, items, metadata, placement, replicas, first):
         try:
             for r, nm in made:           # this process reads it: hold it like a reader
                 pool.world.server(r).request({"op": "name_get", "name": nm})
+            kept.keep(pool.world, made)  # (until now, they went if this process died)
             kept.publish(pool.world, name, manifest, first=old is None)
         except BaseException:
             kept.release(pool.world, made)
@@ -373,8 +374,10 @@ def replicate(name, members, *, timeout=60.0):
         out = kept.replicate(pool, manifest, members, timeout)
         now = kept.read_manifest(pool.world, name)
         if now is not None and now["version"] == manifest["version"]:
-            kept.publish(pool.world, name, out, first=False)
+            added = out["replicas"][len(manifest.get("replicas", [])):]
             by_id = kept.ranks_by_identity(pool.world)
+            kept.keep(pool.world, [(by_id[tuple(rp["server"])], rp["entry"]) for rp in added])
+            kept.publish(pool.world, name, out, first=False)
             return [pool.world.hosts[by_id[tuple(rp["server"])]] for rp in out["replicas"]
                     if tuple(rp["server"]) in by_id]
         kept.drop_entries(pool.world, {"parts": out["replicas"][len(manifest["replicas"]):]})

@@ -130,7 +130,7 @@ def write(pool, name, version, items, servers, metadata, copies=1):
             for i, r0 in enumerate(servers):
                 r, count = homes[i], runs[r0][1]
                 nm = entry(name, version, i if j == 0 else f"{i}c{j}")
-                rep = world.server(r).request({"op": "name_alloc", "name": nm,
+                rep = world.server(r).request({"op": "name_alloc", "name": nm, "pending": True,
                                                "size": max(1, count) * S})
                 made.append((r, nm))
                 keys_w[r], keys_r[r], sizes[r] = rep["key"], rep["rkey"], rep["size"]
@@ -339,7 +339,8 @@ def replicate(pool, manifest, members, timeout):
         for k, r in enumerate(members):
             srv = world.server(r)
             nm = entry(manifest["name"], manifest["version"], f"full{n0 + k}")
-            rep = srv.request({"op": "name_alloc", "name": nm, "size": total + 8})
+            rep = srv.request({"op": "name_alloc", "name": nm, "size": total + 8,
+                               "pending": True})
             made.append((r, nm))
             chain = [[{"ip": prev[0].ip, "port": prev[0].data_port, "key": prev[1], "off": 0,
                        "len": total, "dst": 0, "prog": total}]] if prev else []
@@ -385,6 +386,12 @@ def _wait(world, made, total, timeout):
                           f"(waiting for {[world.hosts[r] for r in left]})")
         if left:
             time.sleep(0.01)
+
+
+def keep(world, made):
+    """The entries `made` ([(rank, name)]) outlive this connection from now on."""
+    for r, nm in made:
+        world.server(r).request({"op": "name_keep", "name": nm})
 
 
 def release(world, held):
