@@ -194,6 +194,7 @@ def test_publish_while_readers_hold_the_old(client, servers):
     assert digests(run_client(secret, addrs, "open", "rl")) == expected(v2)
     same(reader["w"], v1["w"])                    # the old version, held here
     assert reader.version == 1
+    assert pt.stats()["stores"]["rl"]["version"] == 2
     held = names_on(client)
     assert "store:rl@1/0" not in held               # dropped: no new reader finds it
     free = [client.world.server_info(r)["free"] for r in (1, 2)]

@@ -412,11 +412,15 @@ def drop(name):
 
 
 def stats(pool=None):
-    """The stores this process knows, for pt.stats(): {name: summary}."""
+    """The stores this process made or has open, for pt.stats(): {name: summary of the
+    newest version it holds, with its readers here}."""
     pool = pool or _pool()
     with _lock:
         reg = _registry(pool)
-        return {n: dict(v.summary(), readers=v.readers) for n, v in reg["current"].items()}
+        out = {}
+        for v in sorted(reg["versions"].values(), key=lambda v: v.version):
+            out[v.name] = dict(v.summary(), readers=v.readers)     # the newest held here
+        return out
 
 
 __all__ = ["load_safetensors", "put", "publish", "open", "list", "drop", "replicate", "Store",
