@@ -192,7 +192,7 @@ def _make(pool, name, items, metadata, placement, replicas, first):
     with _lock:
         cur = reg["current"].get(name)
     if _on_servers(pool):
-        old = cur.manifest if cur is not None else kept.read_manifest(pool.world, name)
+        old = kept.read_manifest(pool.world, name)    # the servers' word, not ours
         if first and old is not None:
             raise ValueError(f"a store named {name!r} exists on the servers: publish() "
                              f"replaces it, drop() removes it")

@@ -407,16 +407,16 @@ def publish(world, name, manifest, first):
     pointer (so the pointers outlive any one server). first: the pointer must be new (a
     load, not a publish)."""
     meta = msgpack.packb(manifest, use_bin_type=True)
+    setting = {"op": "name_set", "name": pointer(name), "meta": meta}
     made, told = [], 0
     for r, d in directory(world):
-        try:
-            if first or _ask(d, {"op": "name_set", "name": pointer(name), "meta": meta}) is None:
-                raise ServerRefused("no name: a pointer to make")
-            told += 1
-            continue
-        except ServerRefused as e:
-            if not missing(e):
-                raise
+        if not first:                 # the pointer is there: set it (a gone server: skip)
+            try:
+                told += _ask(d, setting) is not None
+                continue
+            except ServerRefused as e:
+                if not missing(e):
+                    raise             # (missing: a server new to this store: make it)
         try:
             if _ask(d, {"op": "name_alloc", "name": pointer(name), "size": 0}) is None:
                 continue
@@ -428,7 +428,7 @@ def publish(world, name, manifest, first):
                                  f"replaces it, drop() removes it") from None
             raise
         made.append(d)
-        d.request({"op": "name_set", "name": pointer(name), "meta": meta})
+        d.request(setting)
         told += 1
     if not told:
         raise PeerLost(f"no memory server answered to publish store {name!r}")
