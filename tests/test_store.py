@@ -409,3 +409,36 @@ def test_spmd_ranks_share_a_store(tmp_path):
     save_file(t, str(path))
     p = check_ranks("launch", 2, "store_spmd.py", str(path))
     assert p.stdout.count("store spmd ok") == 2, p.stdout
+
+
+def _open_in_worker(secret, addrs, name):
+    """A Dask task: this worker connects to the servers and reads every tensor of `name`."""
+    import hashlib
+
+    import numpy as np
+
+    import pooltensor as pt
+    pt.init(connect=addrs, secret_file=secret, memory=1 << 20)
+    try:
+        with pt.store.open(name) as s:
+            return {k: hashlib.sha256(np.ascontiguousarray(np.asarray(a)).view(np.uint8)
+                                      .tobytes()).hexdigest() for k, a in s.items()}
+    finally:
+        pt.finalize()
+
+
+def test_open_from_a_dask_worker(servers, model):
+    """A Dask worker (a process of its own) opens a store a script loaded and left."""
+    from distributed import Client, LocalCluster
+    secret, addrs, _ = servers
+    path, t = model
+    run_client(secret, addrs, "load", ",".join(path), "dasked")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        got = c.submit(_open_in_worker, secret, addrs, "dasked").result(timeout=60)
+    assert got == expected(t)
+    pt.init(connect=addrs, secret_file=secret, memory=1 << 20)
+    try:
+        pt.store.drop("dasked")
+    finally:
+        pt.finalize()
