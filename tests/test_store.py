@@ -287,6 +287,39 @@ def test_command_load_ls_drop(servers, model, capsys, monkeypatch):
     assert "--connect" in capsys.readouterr().err
 
 
+def _open_in_worker(secret, addrs, name):
+    """A Dask task: this worker connects to the servers and reads every tensor of `name`."""
+    import hashlib
+
+    import numpy as np
+
+    import pooltensor as pt
+    pt.init(connect=addrs, secret_file=secret, memory=1 << 20)
+    try:
+        with pt.store.open(name) as s:
+            return {k: hashlib.sha256(np.ascontiguousarray(np.asarray(a)).view(np.uint8)
+                                      .tobytes()).hexdigest() for k, a in s.items()}
+    finally:
+        pt.finalize()
+
+
+def test_open_from_a_dask_worker(servers, model):
+    """A Dask worker (a process of its own) opens a store a script loaded and left."""
+    from distributed import Client, LocalCluster
+    secret, addrs, _ = servers
+    path, t = model
+    run_client(secret, addrs, "load", ",".join(path), "dasked")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        got = c.submit(_open_in_worker, secret, addrs, "dasked").result(timeout=60)
+    assert got == expected(t)
+    pt.init(connect=addrs, secret_file=secret, memory=1 << 20)
+    try:
+        pt.store.drop("dasked")
+    finally:
+        pt.finalize()
+
+
 # -- replication ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def five_servers(tmp_path_factory):
@@ -411,34 +444,23 @@ def test_spmd_ranks_share_a_store(tmp_path):
     assert p.stdout.count("store spmd ok") == 2, p.stdout
 
 
-def _open_in_worker(secret, addrs, name):
-    """A Dask task: this worker connects to the servers and reads every tensor of `name`."""
-    import hashlib
-
-    import numpy as np
-
-    import pooltensor as pt
-    pt.init(connect=addrs, secret_file=secret, memory=1 << 20)
-    try:
-        with pt.store.open(name) as s:
-            return {k: hashlib.sha256(np.ascontiguousarray(np.asarray(a)).view(np.uint8)
-                                      .tobytes()).hexdigest() for k, a in s.items()}
-    finally:
-        pt.finalize()
-
-
-def test_open_from_a_dask_worker(servers, model):
-    """A Dask worker (a process of its own) opens a store a script loaded and left."""
-    from distributed import Client, LocalCluster
-    secret, addrs, _ = servers
-    path, t = model
-    run_client(secret, addrs, "load", ",".join(path), "dasked")
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
-        got = c.submit(_open_in_worker, secret, addrs, "dasked").result(timeout=60)
-    assert got == expected(t)
-    pt.init(connect=addrs, secret_file=secret, memory=1 << 20)
-    try:
-        pt.store.drop("dasked")
-    finally:
-        pt.finalize()
+def test_open_reads_copies_of_a_lost_server(five):
+    """replicas=2 on servers: with a server gone, open() reads its parts from their copies;
+    with every copy of a part gone, PeerLost names the lost servers."""
+    import signal
+    pool, srv = five                  # (servers 1 and 2 were killed by the tests before)
+    pt.store.put("f", MODEL, placement=[3, 4, 5], replicas=2)
+    pt.store.put("g", MODEL, placement=[3, 4])
+    srv[3].signal(signal.SIGKILL)     # server 4
+    srv[3].wait()
+    import time
+    for _ in range(200):              # the native monitor sees it go
+        if 4 in pool.world.lost():
+            break
+        time.sleep(0.025)
+    with pt.store.open("f") as s:
+        assert 4 not in {m for a in s.values() for m in a._a.members}
+        for k in MODEL:
+            same(s[k], MODEL[k])
+    with pytest.raises(pt.store.PeerLost, match="no copy"):
+        pt.store.open("g")

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import files, kept
 from .files import SafetensorsError
-from .kept import ReplicationError
+from .kept import PeerLost, ReplicationError
 
 _lock = threading.Lock()
 
@@ -68,7 +68,7 @@ def _summary(m):
             n *= d
         nbytes += n
     return {"version": m["version"], "tensors": len(m["tensors"]), "bytes": nbytes,
-            "replicas": 1 + len(m.get("copies", [])),
+            "replicas": len(m["layouts"]),
             "full_replicas": len(m.get("replicas", [])), "where": "servers"}
 
 
@@ -336,8 +336,10 @@ def open(name, *, local=False):
             vkey = (name, manifest["version"]) + ((replica["entry"],) if replica else ())
             with _lock:
                 ver = reg["versions"].get(vkey)
-            if ver is not None and ver.arrays:
-                return Store(pool, ver)
+            lost = set(pool.world.lost())
+            if ver is not None and ver.arrays and not (lost and lost & {
+                    m for a in ver.arrays.values() for m in a._a.members}):
+                return Store(pool, ver)           # (not when one of its servers is gone)
             got = kept.attach(pool, manifest, replica)
             if got is not None:
                 arrays, heap, held = got
@@ -380,7 +382,7 @@ def replicate(name, members, *, timeout=60.0):
             kept.publish(pool.world, name, out, first=False)
             return [pool.world.hosts[by_id[tuple(rp["server"])]] for rp in out["replicas"]
                     if tuple(rp["server"]) in by_id]
-        kept.drop_entries(pool.world, {"parts": out["replicas"][len(manifest["replicas"]):]})
+        kept.drop_entries(pool.world, {"entries": out["replicas"][len(manifest["replicas"]):]})
     raise RuntimeError(f"store {name!r} kept changing version while being replicated")
 
 
@@ -424,4 +426,4 @@ def stats(pool=None):
 
 
 __all__ = ["load_safetensors", "put", "publish", "open", "list", "drop", "replicate", "Store",
-           "SafetensorsError", "ReplicationError", "stats"]
+           "SafetensorsError", "ReplicationError", "PeerLost", "stats"]

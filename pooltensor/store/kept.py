@@ -111,51 +111,58 @@ def plan(nslabs, servers):
 
 def write(pool, name, version, items, servers, metadata, copies=1):
     """Make version `version` of store `name` on `servers` (ranks): items is [(key, numpy
-    source)] in order. copies: that many copies of every part, copy j's part i on the
-    server j places after part i's (distinct servers). Returns (manifest dict, {key:
-    ndarray} over copy 0, heap, [(rank, entry)] made)."""
+    source)] in order. The version's slabs are cut into one part per server (plan); with
+    copies > 1, copy j of part i goes to the server j places after part i's, so the copies
+    of a part are on distinct servers. Each server keeps what it holds of every copy in one
+    named allocation (one key per server: any mix of copies reads through one window).
+    Returns (manifest dict, {key: ndarray} over copy 0, heap, [(rank, entry)] made)."""
     S = pool.slab_size
     world = pool.world
     if not 1 <= copies <= len(servers):
         raise ValueError(f"replicas={copies} needs as many servers, and the store may use "
                          f"{len(servers)}")
     counts = [-(-src.nbytes // S) for _, src in items]
-    total = sum(counts)
-    runs = plan(total, servers)
-    made, layouts, wins = [], [], []
+    runs = plan(sum(counts), servers)
+    used = {r: 0 for r in servers}
+    rows = []                         # per copy, per part: (server rank, first slot, count)
+    for j in range(copies):
+        homes = servers[j:] + servers[:j]
+        row = []
+        for i, r0 in enumerate(servers):
+            r, n = homes[i], runs[r0][1]
+            row.append((r, used[r], n))
+            used[r] += n
+        rows.append(row)
+    made, ents, keys_w, keys_r, sizes = [], [], {}, {}, {}
     try:
-        for j in range(copies):
-            homes = servers[j:] + servers[:j]          # part i of copy j on homes[i]
-            keys_w, keys_r, sizes, parts = {}, {}, {}, []
-            for i, r0 in enumerate(servers):
-                r, count = homes[i], runs[r0][1]
-                nm = entry(name, version, i if j == 0 else f"{i}c{j}")
-                rep = world.server(r).request({"op": "name_alloc", "name": nm, "pending": True,
-                                               "size": max(1, count) * S})
-                made.append((r, nm))
-                keys_w[r], keys_r[r], sizes[r] = rep["key"], rep["rkey"], rep["size"]
-                parts.append({"server": identity(world.server(r)), "entry": nm,
-                              "count": count})
-            owner = [(homes[i], s) for i, r0 in enumerate(servers)
-                     for s in range(runs[r0][1])]
-            layouts.append((parts, owner))
-            wins.append((_window(pool, keys_w, sizes, "rw"), _window(pool, keys_r, sizes, "r")))
-        heap = _heap(pool, wins[0][1])
+        for i, r in enumerate(servers):
+            nm = entry(name, version, i)
+            rep = world.server(r).request({"op": "name_alloc", "name": nm, "pending": True,
+                                           "size": max(1, used[r]) * S})
+            made.append((r, nm))
+            keys_w[r], keys_r[r], sizes[r] = rep["key"], rep["rkey"], rep["size"]
+            ents.append({"server": identity(world.server(r)), "entry": nm,
+                         "count": used[r]})
+        at = {r: i for i, r in enumerate(servers)}
+        wwin = _window(pool, keys_w, sizes, "rw")
+        heap = _heap(pool, _window(pool, keys_r, sizes, "r"))
+        owners = [[(r, first + s) for r, first, n in row for s in range(n)] for row in rows]
+        part_of = [(i, s) for i, (_, _, n) in enumerate(rows[0]) for s in range(n)]
         tensors, arrays, g = {}, {}, 0
         nbytes = sum(src.nbytes for _, src in items) * copies
         with progress.for_bytes(nbytes, f"load {name}") as pb:
             for (key, src), n in zip(items, counts):
-                for (parts, owner), (wwin, _) in zip(layouts, wins):
+                for owner in owners:
                     _put(wwin, S, owner[g:g + n], src, pb)
-                mem = layouts[0][1][g:g + n]
-                part = {r: i for i, r in enumerate(servers)}
                 tensors[key] = {"dtype": files.dtype_name(src.dtype), "shape": list(src.shape),
-                                "slabs": _runs([(part[r], s) for r, s in mem])}
-                arrays[key] = _array(pool, heap, src.dtype, src.shape, mem)
+                                "slabs": _runs(part_of[g:g + n])}
+                arrays[key] = _array(pool, heap, src.dtype, src.shape, owners[0][g:g + n])
                 g += n
-        manifest = {"name": name, "version": version, "slab": S, "parts": layouts[0][0],
-                    "copies": [parts for parts, _ in layouts[1:]], "replicas": [],
-                    "tensors": tensors, "metadata": metadata, "time": time.time()}
+        layouts = [[{"at": at[r], "first": first, "count": n} for r, first, n in row]
+                   for row in rows]
+        manifest = {"name": name, "version": version, "slab": S, "entries": ents,
+                    "layouts": layouts, "replicas": [], "tensors": tensors,
+                    "metadata": metadata, "time": time.time()}
         return manifest, arrays, heap, made
     except BaseException:
         for r, nm in made:
@@ -167,11 +174,12 @@ def write(pool, name, version, items, servers, metadata, copies=1):
 
 
 def entries(manifest):
-    """Every named allocation of a version: its parts, their copies, its full replicas."""
-    out = [*manifest["parts"]]
-    for c in manifest.get("copies", []):
-        out += c
-    return out + [*manifest.get("replicas", [])]
+    """Every named allocation of a version: what each server holds of it, its replicas."""
+    return [*manifest["entries"], *manifest.get("replicas", [])]
+
+
+def nslabs(manifest):
+    return sum(p["count"] for p in manifest["layouts"][0])
 
 
 def _put(win, S, mem, src, pb):
@@ -235,16 +243,16 @@ def read_manifest(world, name):
 
 
 def attach(pool, manifest, replica=None):
-    """Hold the parts of a manifest's version (or one full `replica` of it) and build its
+    """Hold a version's server allocations (or one full `replica` of it) and build its
     arrays here: ({key: ndarray}, heap, held), or None when the version went in between
-    (published over and dropped)."""
+    (published over and dropped). Each part is read from its first copy on a server that
+    answers; PeerLost when a part has none."""
     world = pool.world
     by_id = ranks_by_identity(world)
-    parts = manifest["parts"] if replica is None else [replica]
-    held, keys, sizes = [], {}, {}
-    rank_of = {}
+    ents = manifest["entries"] if replica is None else [replica]
+    held, keys, sizes, rank_of, lost = [], {}, {}, {}, []
     try:
-        for i, p in enumerate(parts):
+        for i, p in enumerate(ents):
             r = by_id.get(tuple(p["server"]))
             if r is None:
                 raise ValueError(f"store {manifest['name']!r} lives partly on server "
@@ -257,21 +265,38 @@ def attach(pool, manifest, replica=None):
                     release(world, held)
                     return None
                 raise
+            except PeerLost:
+                lost.append(r)
+                continue
             held.append((r, p["entry"]))
             keys[r], sizes[r], rank_of[i] = rep["key"], rep["size"], r
         if manifest.get("slab") != pool.slab_size:
             raise ValueError(f"store {manifest['name']!r} was made with slabs of "
                              f"{manifest.get('slab')} B, this pool's are {pool.slab_size} B: "
                              f"init(slab_size={manifest.get('slab')})")
+        first = manifest["layouts"][0]
+        if replica is not None:       # a whole copy: every part's slabs one after the other
+            starts = np.cumsum([0] + [p["count"] for p in first]).tolist()
+            if 0 not in rank_of:
+                raise PeerLost(f"the replica of store {manifest['name']!r} on "
+                               f"{replica['server'][0]} is lost", rank=lost[0])
+            where = [(rank_of[0], starts[i]) for i in range(len(first))]
+        else:
+            where = []
+            for i in range(len(first)):
+                got = next(((rank_of[row[i]["at"]], row[i]["first"])
+                            for row in manifest["layouts"] if row[i]["at"] in rank_of), None)
+                if got is None:
+                    raise PeerLost(f"store {manifest['name']!r}: part {i} has no copy on a "
+                                   f"memory server that answers (lost: "
+                                   f"{[world.hosts[r] for r in lost]})",
+                                   rank=lost[0] if lost else None)
+                where.append(got)
         heap = _heap(pool, _window(pool, keys, sizes, "r"))
-        starts = np.cumsum([0] + [p["count"] for p in manifest["parts"]]).tolist()
         arrays = {}
         for key, t in manifest["tensors"].items():
-            if replica is None:
-                mem = [(rank_of[i], s + j) for i, s, n in t["slabs"] for j in range(n)]
-            else:               # a full copy: the slabs of every part, one after the other
-                mem = [(rank_of[0], starts[i] + s + j) for i, s, n in t["slabs"]
-                       for j in range(n)]
+            mem = [(where[i][0], where[i][1] + s + j) for i, s, n in t["slabs"]
+                   for j in range(n)]
             arrays[key] = _array(pool, heap, files.parse_dtype(t["dtype"]), t["shape"], mem)
         return arrays, heap, held
     except BaseException:
@@ -295,20 +320,34 @@ class ReplicationError(RuntimeError):
     """replicate() could not give every member a complete copy (a source lost, no other)."""
 
 
-def _route(world, by_id, parts, S, holds):
-    """The pieces of `parts` (a layout of the whole version) as a pull route."""
+def _route(world, by_id, ents, row, S, keys):
+    """Copy `row` of a version (per part: entry index, first slot, count) as a pull route;
+    keys: entry index -> (server, r key), filled as entries are first held."""
     route, dst = [], 0
-    for p in parts:
-        r = by_id[tuple(p["server"])]
-        srv = world.server(r)
-        rep = srv.request({"op": "name_get", "name": p["entry"]})
-        holds.append((r, p["entry"]))
+    for p in row:
+        srv, key = keys[p["at"]]
         n = p["count"] * S
         if n:
-            route.append({"ip": srv.ip, "port": srv.data_port, "key": int(rep["key"]),
-                          "off": 0, "len": n, "dst": dst, "prog": None})
+            route.append({"ip": srv.ip, "port": srv.data_port, "key": key,
+                          "off": p["first"] * S, "len": n, "dst": dst, "prog": None})
         dst += n
     return route
+
+
+def _hold_all(world, by_id, ents, holds):
+    """Hold every entry of `ents` that answers: {index: (server, r key)}."""
+    keys = {}
+    for i, p in enumerate(ents):
+        r = by_id.get(tuple(p["server"]))
+        if r is None:
+            continue
+        try:
+            rep = world.server(r).request({"op": "name_get", "name": p["entry"]})
+        except (ServerRefused, PeerLost):
+            continue
+        holds.append((r, p["entry"]))
+        keys[i] = (world.server(r), int(rep["key"]))
+    return keys
 
 
 def replicate(pool, manifest, members, timeout):
@@ -318,22 +357,17 @@ def replicate(pool, manifest, members, timeout):
     added (not yet published)."""
     world = pool.world
     S = manifest["slab"]
-    total = sum(p["count"] for p in manifest["parts"]) * S
+    total = nslabs(manifest) * S
     by_id = ranks_by_identity(world)
     holds, made = [], []
     try:
-        layouts = [manifest["parts"]] + manifest.get("copies", [])
-        fallback = []
-        for parts in layouts:
-            try:
-                fallback.append(_route(world, by_id, parts, S, holds))
-            except (ServerRefused, KeyError, PeerLost):
-                continue
-        for rp in manifest.get("replicas", []):
-            try:
-                fallback.append(_route(world, by_id, [rp], S, holds))
-            except (ServerRefused, KeyError, PeerLost):
-                continue
+        keys = _hold_all(world, by_id, manifest["entries"], holds)
+        fallback = [_route(world, by_id, manifest["entries"], row, S, keys)
+                    for row in manifest["layouts"] if all(p["at"] in keys for p in row)]
+        reps = manifest.get("replicas", [])
+        rkeys = _hold_all(world, by_id, reps, holds)
+        fallback += [_route(world, by_id, reps, [{"at": i, "first": 0, "count": total // S}],
+                            S, rkeys) for i in rkeys]
         prev = None
         n0 = len(manifest.get("replicas", []))
         for k, r in enumerate(members):
