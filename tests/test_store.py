@@ -144,6 +144,8 @@ def test_roundtrip_on_servers(client, model):
         s["t_float32"][...] = 0
     info = pt.store.list()["m"]
     assert info["version"] == 1 and info["bytes"] == sum(v.nbytes for v in t.values())
+    same(np.asarray(s["big"].to_jax()), t["big"])            # .to_jax() per tensor
+    same(np.asarray(s.to_jax()["bf16"]), t["bf16"])
 
 
 def run_client(secret, addrs, *args, ns=None, timeout=60):
