@@ -20,7 +20,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python $(SOURCES) $(wildcard collectives/*.py collectives/*/*.py pooltensor/*.py pooltensor/*/*.py)
 	$(BIN)/pip install -q "numpy>=1.24" "msgpack>=1.0" "cloudpickle>=2.0" "mpi4py>=4.0" $(MPI) \
 	    "dask[array]" distributed dask-mpi pytest pytest-timeout hypothesis matplotlib jax ml_dtypes \
-	    "setuptools>=77" wheel prometheus_client rich tqdm
+	    "setuptools>=77" wheel prometheus_client rich tqdm safetensors
 	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 

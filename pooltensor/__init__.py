@@ -100,6 +100,7 @@ def stats(per_peer=False, plot=None):
     plot: a path; the pool is also drawn there as a PNG (members' usage, latency
     histograms; matplotlib)."""
     s = current().stats(per_peer=per_peer)
+    s["stores"] = store.stats(current())
     if plot is not None:
         from . import report
         report.plot_stats(s, current().world.counters()[0], plot)
@@ -111,6 +112,9 @@ def lost():
     with no surviving copy (see Pool.lost)."""
     return current().lost()
 
+
+# -- the tensor store (pooltensor/store/) ---------------------------------------------------
+from . import store  # noqa: E402
 
 # -- JAX (pooltensor/jax.py; jax is imported on first use, not with pooltensor) ----------------
 def _to_jax(self, sharding=None):
@@ -129,7 +133,7 @@ def from_jax(a, *, placement=None, access=None):
     return _jax.from_jax(a, placement=placement, access=access)
 
 
-__all__ = ["init", "finalize", "sync", "current", "stats", "lost", "from_dask", "Pool", "ndarray",
+__all__ = ["init", "finalize", "sync", "current", "stats", "lost", "store", "from_dask", "Pool", "ndarray",
            "from_numpy", "from_jax", "random", "PoolOutOfMemory", "PoolClosed",
            "MaterializeTooLarge", "FallbackWarning", "PerformanceWarning", "__array_api_version__",
            "__array_namespace_info__", "POOL"]

@@ -7,6 +7,7 @@
     pooltensor info [--json]
     pooltensor stats HOST:PORT [--json] [--watch [--interval S] [--count N]] [--plot PATH]
     pooltensor bench [NAME ...] [--quick] [--out DIR] [--list] [--json]
+    pooltensor store ls|load|drop [NAME] [FILE ...] [--connect H:P,...] [--secret-file F]
 
 This module only wires the parsers: serve and doctor are here, the others live in
 pooltensor/commands/ (one module each, registering itself with add_parser).
@@ -53,8 +54,8 @@ def _parser():
     s.add_argument("--metrics", metavar="HOST:PORT",
                    help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
                         "every interface)")
-    from .commands import bench, check, info, stats
-    for command in (info, stats, bench, check):
+    from .commands import bench, check, info, stats, store
+    for command in (info, stats, bench, check, store):
         command.add_parser(sub)
     d = sub.add_parser(
         "doctor", help="check this machine and what it reaches (huge pages, secret file, "

@@ -89,7 +89,7 @@ def _shard(v):
         buf, off = where
         view = np.ndarray(v._shape, v._dtype, buffer=buf, offset=off, strides=v._strides)
         if view.ctypes.data % 64 == 0:
-            if v._a.heap == "ro":
+            if v._a.access == "readonly":
                 view.flags.writeable = False
             owner = _Pinned(view, v._a)
             pool = v._a.pool

@@ -28,7 +28,9 @@ _IMPLIED = {np.dtype(np.float64), np.dtype(np.int_), np.dtype(np.bool_),
 
 def _check_dtype(dtype):
     dtype = np.dtype(dtype)
-    if dtype.kind not in "biufc" or dtype.itemsize > 16 or dtype.itemsize & (dtype.itemsize - 1):
+    if dtype.kind not in "biufc" and getattr(dtype.type, "__module__", "") != "ml_dtypes":
+        raise TypeError(f"pooltensor arrays hold booleans and numbers; {dtype} is not supported")
+    if dtype.itemsize > 16 or dtype.itemsize & (dtype.itemsize - 1):
         raise TypeError(f"pooltensor arrays hold booleans and numbers; {dtype} is not supported")
     return dtype
 
@@ -401,14 +403,16 @@ class ndarray(NDArrayOperatorsMixin):
         off = a.slots[k] * S + (self._off - k * S)
         arr = np.ndarray(self._shape, self._dtype, buffer=base, offset=off,
                          strides=self._strides)
-        if a.heap == "ro":
+        if a.access == "readonly":
             arr.flags.writeable = False
         elif a.heap == "rw" and pool.coherent and a.members[k] == pool.me:
             from ..pool.allocation import _Export
             owner = _Export(arr)
             pool.note_export(a.slots[k], owner)
             arr = np.asarray(owner)
-        return np.asarray(_Held(arr, a))
+        out = np.asarray(_Held(arr, a))
+        # the array interface spells ml_dtypes' types (bfloat16, ...) as raw bytes ('<V2')
+        return out if out.dtype == self._dtype else out.view(self._dtype)
 
     def __array__(self, dtype=None, copy=None):
         arr = self.to_numpy(copy=copy)
@@ -448,7 +452,7 @@ class ndarray(NDArrayOperatorsMixin):
     def __setitem__(self, index, value):
         self._check()
         a = self._a
-        if a.heap == "ro":
+        if a.access == "readonly":
             raise ValueError("assignment destination is read-only")
         idx = _as_index(index)
         if isinstance(value, ndarray):

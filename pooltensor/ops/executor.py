@@ -368,7 +368,7 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
     pool.check_open()
     shape = x._shape
     for o in outs:
-        if o._a.heap == "ro":
+        if o._a.access == "readonly":
             raise ValueError("output array is read-only")
         if o._shape != shape:
             raise ValueError(f"outputs of different shapes: {o._shape} and {shape}")

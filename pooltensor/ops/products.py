@@ -44,13 +44,13 @@ def replicated(b):
     if not isinstance(b, ndarray):
         return np.asarray(b)
     key = (b._off, b.shape, b.strides)
-    if b._a.heap == "ro":
+    if b._a.access == "readonly":
         per = _REPLICAS.get(b._a)
         if per is not None and key in per:
             return per[key]
     arr = b.to_numpy(copy=True)
     arr.flags.writeable = False
-    if b._a.heap == "ro":
+    if b._a.access == "readonly":
         _REPLICAS.setdefault(b._a, {})[key] = arr
     return arr
 

@@ -67,7 +67,7 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
     it; then the sync checks it) and in the sync."""
     pool = dst._a.pool
     pool.check_open()
-    if dst._a.heap == "ro":
+    if dst._a.access == "readonly":
         raise ValueError("assignment destination is read-only")
     src_pool = isinstance(src, ndarray)
     if src_pool:

@@ -72,7 +72,7 @@ class Allocation:
 
     @property
     def access(self):
-        return MODE_NAME[self.heap]
+        return MODE_NAME.get(self.heap, "readonly")     # kept<N>: a store's (store/kept.py)
 
     def slab_len(self, k):
         """Bytes of slab k that belong to the array (the last slab may be partly used)."""

@@ -205,6 +205,7 @@ class _Client:
         self.allocs = {}
         self.views = {}                # allocation id -> HeapView (plans run on it)
         self.next_id = 1
+        self.holds = set()             # named allocations it holds (names.py)
         self.state = "pending"         # -> "authed", or "dropped" (evicted while pending)
         self.partition = _partitions.DEFAULT     # what its bytes count against
 
@@ -232,6 +233,8 @@ class Server:
         self.limits["allocations"] = NATIVE_SEGMENTS // n     # each client's share
         self.limits["registrations"] = NATIVE_KEYS // n
         self._secret = bytes(secret)
+        from .names import Names
+        self.names = Names(self)       # allocations that outlive their connection
         self._handle = handle          # runs a client's plan (pool/work.py) on its memory
         self.allow_code = bool(allow_code)
         self._log = log or stderr_log()
@@ -373,6 +376,7 @@ class Server:
             left = [a for c in self._clients for a in list(c.allocs.values())]
         for a in left:
             self._release(a)
+        self.names.release_all()
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
@@ -412,6 +416,7 @@ class Server:
             except OSError:
                 pass
             c.views.clear()
+            self.names.ended(c)
             freed = sum(a.size for a in c.allocs.values())
             n = len(c.allocs)
             for a in list(c.allocs.values()):
@@ -483,6 +488,10 @@ class Server:
         if op == "lend":
             from .leases import server_lend
             return server_lend(self, c, msg)
+        if isinstance(op, str) and op.startswith("name_"):
+            reply = self.names.request(c, msg)
+            if reply is not None:
+                return reply
         if op == "info":
             with self._lock:
                 clients = sum(1 for x in self._clients if x.authenticated)
@@ -528,31 +537,9 @@ class Server:
         full = self._key_limit(c)
         if full:
             return full
-        rounded = -(-size // PAGE) * PAGE
-        whole, rounded = rounded, rounded if lent is None else \
-            min(rounded, max(0, -(-lent // PAGE) * PAGE))     # what counts: what is lent
-        with self._lock:
-            free = self.memory - self._used
-            why = self.ledger.refusal(c.partition, rounded, free) if rounded <= free else \
-                f"cannot allocate {size} bytes: {free} bytes free ({human(free)} of " \
-                f"{human(self.memory)})"
-            if why is not None:
-                self.counters["refused"] += 1
-                return {"ok": False, "free": self.ledger.free_to(c.partition, free),
-                        "error": why}
-            self._used += rounded
-            self.ledger.take(c.partition, rounded)
-        try:
-            seg = _native.Segment(whole)
-            self._ctx.add_segment(seg)
-        except (MemoryError, _native.Error) as e:
-            with self._lock:
-                self._used -= rounded
-            self.ledger.give_back(c.partition, rounded)
-            return {"ok": False, "free": self.free,
-                    "error": f"cannot allocate {size} bytes: the server's memory or segment "
-                             f"table is exhausted ({_native_text(e)})"}
-        a = _Alloc(c.next_id, seg, whole, c.partition, rounded)
+        a = self._segment(size, c.next_id, c.partition, lent)
+        if isinstance(a, dict):
+            return a
         c.next_id += 1
         reply = self._register(a, access)
         if not reply["ok"]:
@@ -563,6 +550,36 @@ class Server:
             self.counters["allocations"] += 1
         reply.update(id=a.id, size=size, data_port=self.data_port)
         return reply
+
+    def _segment(self, size, aid=0, partition=_partitions.DEFAULT, lent=None):
+        """A new segment of `size` bytes (whole pages) counted against --memory and
+        `partition` (only its first `lent` bytes when it is lent in leases: leases.py), as an
+        _Alloc with no key yet; or the refusal (a dict)."""
+        rounded = -(-size // PAGE) * PAGE
+        whole, rounded = rounded, rounded if lent is None else \
+            min(rounded, max(0, -(-lent // PAGE) * PAGE))     # what counts: what is lent
+        with self._lock:
+            free = self.memory - self._used
+            why = self.ledger.refusal(partition, rounded, free) if rounded <= free else \
+                f"cannot allocate {size} bytes: {free} bytes free ({human(free)} of " \
+                f"{human(self.memory)})"
+            if why is not None:
+                self.counters["refused"] += 1
+                return {"ok": False, "free": self.ledger.free_to(partition, free),
+                        "error": why}
+            self._used += rounded
+            self.ledger.take(partition, rounded)
+        try:
+            seg = _native.Segment(whole)
+            self._ctx.add_segment(seg)
+        except (MemoryError, _native.Error) as e:
+            with self._lock:
+                self._used -= rounded
+            self.ledger.give_back(partition, rounded)
+            return {"ok": False, "free": self.free,
+                    "error": f"cannot allocate {size} bytes: the server's memory or segment "
+                             f"table is exhausted ({_native_text(e)})"}
+        return _Alloc(aid, seg, whole, partition, rounded)
 
     def _key_limit(self, c):
         """The refusal for a client that holds its share of registrations, else None."""

@@ -1,0 +1,140 @@
+"""A memory server fills a named allocation from other servers, forwarding while it receives.
+
+Why: copying a model to N machines one after the other costs N transfers; in a chain where
+each receiver reads from the one before it while that one is still receiving, it costs
+about one transfer plus the time to fill the pipeline. The servers do it themselves, so
+the bytes go server to server, never through the client that asked.
+
+``name_pull {name, total, routes, timeout}`` (names.py made ``name`` with at least
+total + 8 bytes): a thread of this server reads the `total` bytes into it, one CHUNK at a
+time, through its own native engine connected to each source's data port with the
+server's secret (one-sided gets, checked at the source like every other read). A route is
+a list of pieces ``{ip, port, key, off, len, dst, prog}`` that tile [0, total); ``prog`` is
+the offset, in that source, of the source's own progress word when the source is itself
+being filled (it is read before each chunk, so a receiver never reads past what its source
+has), else None. The progress word of this allocation is the int64 at offset `total`:
+bytes received so far, or -1 once it failed. When a source fails (gone, refusing, failed
+itself, or not moving for `timeout` seconds) it is not asked again: each later chunk comes
+from the first route whose source for it is still good; with none left the allocation is
+marked failed, and its error is kept for ``name_list``.
+"""
+import threading
+import time
+
+import numpy as np
+
+from collectives import _native
+
+CHUNK = 4 << 20
+FAILED = -1
+
+
+class PullError(Exception):
+    """A source cannot give what a pull needs."""
+
+
+def check_routes(routes, total):
+    """The routes of a name_pull message, checked (ValueError says what is wrong)."""
+    if not isinstance(routes, list) or not routes:
+        raise ValueError("name_pull needs a non-empty list of routes")
+    for route in routes:
+        at = 0
+        for p in sorted(route, key=lambda p: p.get("dst", -1)):
+            if not all(isinstance(p.get(k), int) for k in ("port", "key", "off", "len", "dst")) \
+                    or not isinstance(p.get("ip"), str) or p["dst"] != at or p["len"] <= 0 or \
+                    not (p.get("prog") is None or isinstance(p.get("prog"), int)):
+                raise ValueError("a route's pieces must tile the bytes in order: ip, port, key, "
+                                 "off, len, dst (and prog: None or an offset)")
+            at += p["len"]
+        if at != total:
+            raise ValueError(f"a route covers {at} bytes, not {total}")
+    return routes
+
+
+class Puller(threading.Thread):
+    """Fills buffer `buf` (a numpy uint8 view of the named allocation) from `routes`."""
+
+    def __init__(self, buf, total, routes, secret, timeout, log):
+        super().__init__(daemon=True, name="pooltensor pull")
+        self.buf, self.total, self.routes = buf, total, routes
+        self.secret, self.timeout, self.log = secret, timeout, log
+        self.progress = buf[total:total + 8].view(np.int64)
+        self.progress[0] = 0
+        self.error = None
+        self.stopped = False
+        self.done = 0
+        self._ctx = {}
+
+    def _conn(self, p):
+        where = (p["ip"], p["port"])
+        ctx = self._ctx.get(where)
+        if ctx is None:
+            ctx = _native.Context(0, 2, 1)
+            ctx.set_secret(self.secret)
+            ctx.set_timeout(self.timeout)
+            try:
+                ctx.connect_tcp(1, p["ip"], p["port"])
+            except _native.Error as e:
+                ctx.close()
+                raise PullError(f"cannot reach {p['ip']}:{p['port']}: {e}") from None
+            self._ctx[where] = ctx
+        return ctx
+
+    def _available(self, p, ctx):
+        """Bytes of piece p its source holds now (all of it unless it is being filled)."""
+        if p["prog"] is None:
+            return p["len"]
+        word = np.zeros(1, np.int64)
+        ctx.get(1, p["key"], p["prog"], word.view(np.uint8))
+        if word[0] == FAILED:
+            raise PullError(f"the source {p['ip']}:{p['port']} failed to fill itself")
+        return min(p["len"], max(0, int(word[0]) - p["off"]))
+
+    def _step(self, p):
+        """One chunk of piece p into place, or a short wait when its source has nothing
+        new yet; PullError when the source cannot give it."""
+        ctx = self._conn(p)
+        done = self.done
+        try:
+            have = p["dst"] + self._available(p, ctx)
+            if have <= done:
+                if time.monotonic() - self.still > self.timeout:
+                    raise PullError(f"the source {p['ip']}:{p['port']} sent nothing for "
+                                    f"{self.timeout:g} s")
+                time.sleep(0.002)
+                return
+            n = min(CHUNK, have - done)
+            ctx.get(1, p["key"], p["off"] + done - p["dst"], self.buf[done:done + n])
+        except _native.Error as e:
+            raise PullError(f"the source {p['ip']}:{p['port']}: {e}") from None
+        self.done = done + n
+        self.progress[0] = self.done
+        self.still = time.monotonic()
+
+    def run(self):
+        """Each chunk from the first route whose source for it is still good: a failed
+        source is never asked again, and its bytes come from the next route that has them."""
+        dead = {}
+        self.still = time.monotonic()
+        try:
+            while self.done < self.total and not self.stopped:
+                at = self.done
+                p = next((q for route in self.routes for q in route
+                          if q["dst"] <= at < q["dst"] + q["len"] and
+                          (q["ip"], q["port"]) not in dead), None)
+                if p is None:
+                    self.error = "; ".join(dead.values()) or "no source"
+                    self.progress[0] = FAILED
+                    self.log(f"pull failed: {self.error}")
+                    return
+                try:
+                    self._step(p)
+                except PullError as e:
+                    dead[p["ip"], p["port"]] = str(e)
+                    self.still = time.monotonic()
+        finally:
+            for ctx in self._ctx.values():
+                try:
+                    ctx.close()
+                except Exception:
+                    pass
