@@ -671,7 +671,7 @@ def test_killed_rank_is_peer_lost_over_tcp(n):
         assert "PeerLost after" in outs[r], outs[r]
 
 
-@pytest.mark.parametrize("algo,n", [("ring", 3), ("recursive_doubling", 4)])
+@pytest.mark.parametrize("algo,n", [("ring", 3), ("recursive_doubling", 4), ("direct", 3)])
 def test_dead_rank_in_a_collective_is_peer_lost_over_tcp(algo, n):
     codes, outs = run_env_ranks(n, "algos_check.py", "lost", algo,
                                 env={**TCP, "POOLTENSOR_TIMEOUT": "20"})

@@ -36,7 +36,7 @@ def register(kind, name):
 
 
 # algorithms whose reduction order is rank order whatever the chunking or placement
-DETERMINISTIC = {"oneshot", "twoshot", "shm", "ordered"}
+DETERMINISTIC = {"oneshot", "twoshot", "shm", "ordered", "direct"}
 # algorithms of the native shared-memory team: they need one team over every rank
 TEAM = {"oneshot", "twoshot", "shm"}
 # stands in for the team's rank-order algorithms where no team spans the ranks
@@ -86,7 +86,10 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
         return "hierarchical"
     if not world._shm_world:
         # no shared-memory team spans the ranks: the algorithms written over windows, which
-        # run over whatever transport reaches each peer
+        # run over whatever transport reaches each peer; small messages among few ranks in
+        # one round trip, every input straight to every rank (direct.py)
+        if (kind, "direct") in _REGISTRY and direct.size_ok(world, nbytes):
+            return "direct"
         if deterministic and (kind, "ordered") in _REGISTRY:
             return "ordered"
         if not deterministic:
@@ -108,4 +111,4 @@ def run(kind, name, world, x, out, **opts):
 
 
 from . import shm  # noqa: E402,F401  (registers the shared-memory algorithms)
-from . import ring, recursive, hierarchical, ordered  # noqa: E402,F401  (window-based)
+from . import ring, recursive, hierarchical, ordered, direct  # noqa: E402,F401  (window-based)
