@@ -67,6 +67,11 @@ NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
 # every rank gets slots at every other rank (direct.py's all-to-all) in worlds up to this size
 DIRECT_RANKS = int(os.environ.get("POOLTENSOR_DIRECT_RANKS", 8))
 FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed are notified
+# chunks of at least this many bytes go over tcp without waiting for the answer (the next one
+# to that rank, or the end of the operation, waits for it): the send is in flight while this
+# rank receives and reduces; smaller ones wait at once (an answer read by the connection's
+# receiver thread costs a hand-off, more than these save)
+ASYNC_MIN = int(os.environ.get("POOLTENSOR_CHANNEL_ASYNC_MIN", 64 * 1024))
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
 TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"
@@ -214,6 +219,8 @@ class Channel:
         self.acked = [0] * n                # chunks of mine each rank said it consumed (ack)
         self.shown = [0] * n                # the ack last sent to each rank
         self.stage_mv = memoryview(self.stage)
+        self.stages = {}                    # rank -> staging buffer of its send in flight
+        self.inflight = {}                  # rank -> put_notify_async Request not yet waited
         self.hdr = np.zeros(HDR, np.uint8)
         world._calls.on_epoch.append(self._retire)
 
@@ -337,6 +344,33 @@ class Channel:
                 self.recvd[src] += 1
         self._flush()
 
+    def _stage(self, dst):
+        """dst's own staging buffer (header + one slot): its send may be in flight."""
+        st = self.stages.get(dst)
+        if st is None:
+            raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
+            off = (-raw.ctypes.data) % 64
+            st = self.stages[dst] = raw[off:off + HDR + self.slot_bytes]
+        return st
+
+    def _settle(self, dst=None, quiet=False):
+        """Wait for the sends in flight (to dst, or all); the first failure raises (quiet: an
+        operation failed already, only let them finish)."""
+        if dst is not None:
+            req = self.inflight.pop(dst, None)
+            if req is not None:
+                req.wait(self.world.timeout)
+            return
+        reqs, self.inflight = list(self.inflight.values()), {}
+        first = None
+        for r in reqs:
+            try:
+                r.wait(self.world.timeout)
+            except Exception as e:
+                first = first or e
+        if first is not None and not quiet:
+            raise first
+
     # -- failure -----------------------------------------------------------------------------
     def _abort(self, op, reason, pair):
         """Wake every member of op's group with this rank's abort record."""
@@ -421,8 +455,16 @@ class Op:
     def __exit__(self, et, e, tb):
         ch = self.ch
         if e is None:
+            try:
+                ch._settle()     # this operation's sends: a failure fails it on every member
+            except Exception as late:
+                ch.dirty = True
+                ch._abort(self, *_reason(late, ch.me))
+                ch.cur = None
+                raise
             ch.dirty = False
         else:
+            ch._settle(quiet=True)
             ch.dirty = True
             ch._abort(self, *_reason(e, ch.me))
         ch.cur = None
@@ -437,7 +479,18 @@ class Op:
         off = ch._base(dst, ch.me) + (k % ch.nslots) * ch.stride
         n = data.nbytes
         gid, seq, algo, sig = self.key
-        if n <= STAGE_MAX or ch.tcp[dst]:
+        if ch.tcp[dst]:
+            if dst in ch.inflight:
+                ch._settle(dst)      # complete before the next starts: they land in order
+            stage = ch._stage(dst) if n >= ASYNC_MIN else ch.stage
+            _HEADER.pack_into(stage, 0, gid, seq, algo, sig, n, ch.recvd[dst])
+            if n:
+                stage[HDR:HDR + n] = data
+            if n >= ASYNC_MIN:
+                ch.inflight[dst] = ch.win.put_notify_async(dst, off, stage[:HDR + n], 8 * ch.me, 1)
+            else:
+                ch.win.put_notify(dst, off, stage[:HDR + n], 8 * ch.me, 1)
+        elif n <= STAGE_MAX:
             st = ch.stage_mv
             _HEADER.pack_into(st, 0, gid, seq, algo, sig, n, ch.recvd[dst])
             if n:
