@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from collectives import algorithms
-from collectives.algorithms import channel
+from collectives.algorithms import channel, direct
 from conftest import check_ranks, run_env_ranks
 
 pytestmark = pytest.mark.timeout(120)
@@ -74,6 +74,10 @@ def test_select_by_topology_and_size():
         assert sel(kind, 1024, w) == "direct"
         assert sel(kind, 1024, w, deterministic=kind == "allreduce") == "direct"
     assert sel("reduce_scatter", 1024, w) == "ring"
+    # by the bytes each rank sends: input x (p - 1)
+    big = direct.DIRECT_MAX // 3 + 1024
+    assert sel("allreduce", big, w) == "ring"
+    assert sel("allreduce", big, _world(2, 2, shm=False)) == "direct"
     assert sel("allreduce", 1 << 20, w) == "ring"
     assert sel("allreduce", 1 << 20, w, deterministic=True) == "ordered"
     assert sel("broadcast", 1 << 20, w) == "ring"

@@ -74,7 +74,7 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
         if deterministic and algorithm not in DETERMINISTIC:
             raise ValueError(f"deterministic=True needs a fixed reduction order; algorithm "
                              f"{algorithm!r} does not have one (use 'auto', 'oneshot', "
-                             f"'twoshot' or 'ordered')")
+                             f"'twoshot', 'ordered' or 'direct')")
         if algorithm in TEAM and not world._shm_world:
             raise ValueError(f"{kind} algorithm {algorithm!r} needs every rank to share memory "
                              f"(one machine, no POOLTENSOR_TRANSPORT=tcp); here choose 'auto' "
@@ -83,7 +83,12 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
     # several topology hosts (a global property: every rank decides alike): within each host
     # over shared memory, between the host leaders over windows
     if world.local_size < world.size and not deterministic and (kind, "hierarchical") in _REGISTRY:
-        return "hierarchical"
+        # one rank per host: nothing to gain within hosts, small messages go directly (the
+        # channel's host list is the same on every rank; it is made here on first use)
+        if not (world.local_size == 1 and (kind, "direct") in _REGISTRY
+                and direct.size_ok(world, nbytes)
+                and len(channel.get(world).hosts) == world.size):
+            return "hierarchical"
     if not world._shm_world:
         # no shared-memory team spans the ranks: the algorithms written over windows, which
         # run over whatever transport reaches each peer; small messages among few ranks in
@@ -111,4 +116,4 @@ def run(kind, name, world, x, out, **opts):
 
 
 from . import shm  # noqa: E402,F401  (registers the shared-memory algorithms)
-from . import ring, recursive, hierarchical, ordered, direct  # noqa: E402,F401  (window-based)
+from . import channel, ring, recursive, hierarchical, ordered, direct  # noqa: E402,F401

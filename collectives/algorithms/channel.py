@@ -10,7 +10,8 @@ rank's window holds::
                credit[size]   int64   chunks of mine that rank d has consumed
                abort[size][KEEP][4]   rank s's last KEEP aborts: group, op seq, reason, ranks
     slots      for each rank s that may send to me (ring neighbour, recursive-doubling
-               partners, in the world group and the host-leaders group): nslots slots of
+               partners, in the world group and the host-leaders group; every rank in worlds
+               of up to DIRECT_RANKS, for direct.py): nslots slots of
                64-byte header + slot_bytes payload
 
 send(d, chunk): wait until credit[d] > sent[d] - nslots (a free slot), put header and payload
@@ -20,12 +21,18 @@ recvd[s], check the header, read the payload in place, release() gives the slot 
 Over shared memory the release notifies credit[me] in s's window at once (a store). Over tcp it
 costs nothing on the spot: the next chunk this rank sends to s carries how many of s's chunks it
 has consumed (the header's ack, read by s when it receives that chunk), and the releases still
-owed are notified in one call (value = their count) once half the slots of s are owed, or before
-this rank sleeps in a wait (after a short spin, FLUSH_AFTER seconds): a rank never sleeps while
-owing a slot, so no sender waits on credit that is not coming. Symmetric patterns (direct.py,
-the 2-rank ring and recursive doubling) then pay no round trip for releases at all.
-The counters only grow, so consecutive collectives continue one stream per pair; the header (op sequence number of the group, digest of the call, algorithm and
-group, payload length) gives every operation in flight its own tag and catches calls that do
+owed are notified in one call (value = their count) once half the slots of s are owed, before
+this rank sleeps in a wait (after a short spin, FLUSH_AFTER seconds), and at the end of every
+operation: a rank never sleeps while owing a slot, so no sender waits on credit that is not
+coming, and an operation pays one release round trip per peer, not one per chunk. That last
+round trip stays: without it a rank could return from an operation that its peer, cut off by
+a partition after the last data arrived, fails; the two would then disagree about the call.
+Chunks of ASYNC_MIN bytes and more go with put_notify_async, one in flight per peer (waited
+for before the next to that peer, so that they land in order, and at the end of the
+operation): the next chunk is received and reduced while one is on the wire.
+The counters only grow, so consecutive collectives continue one stream per pair; the header
+(op sequence number of the group, digest of the call, algorithm and group, payload length,
+ack) gives every operation in flight its own tag and catches calls that do
 not match, naming the other rank.
 
 A rank that fails inside an operation (mismatch, timeout, lost peer) writes its abort record
@@ -457,6 +464,10 @@ class Op:
         if e is None:
             try:
                 ch._settle()     # this operation's sends: a failure fails it on every member
+                # the releases still owed, in one call per sender: the last round trip of the
+                # operation, so that a rank whose peer cannot finish (a partition, a stop)
+                # fails the operation with it rather than return while the peer gives it up
+                ch._flush()
             except Exception as late:
                 ch.dirty = True
                 ch._abort(self, *_reason(late, ch.me))

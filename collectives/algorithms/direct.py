@@ -12,7 +12,7 @@ rank returns before hearing from all.
 
 Inputs larger than a slot go in slot-sized chunks, one exchange per chunk. Each rank moves
 (p - 1) times its input, so select() picks these only for small messages and few ranks
-(DIRECT_MAX, channel.DIRECT_RANKS); an explicit algorithm="direct" runs at any size.
+(DIRECT_MAX bytes sent per rank, channel.DIRECT_RANKS); an explicit algorithm="direct" runs at any size.
 """
 import os
 
@@ -21,8 +21,10 @@ from . import channel, register, ring
 
 AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
 
-# Largest message (bytes of one rank's input) that select() sends directly, by kind; measured
-# with bench/tcp.py across two network namespaces (see bench/README.md).
+# The most bytes one rank sends in a direct call that select() picks (its input times p - 1):
+# the ring moves about twice the input whatever p, in 2 (p - 1) steps, so the direct way wins
+# while the data is small against the round trips it saves. Measured across two network
+# namespaces (bench/tcp.py, bench/README.md).
 DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 256 * 1024))
 
 
@@ -107,5 +109,6 @@ def broadcast(world, x, out, *, root, sig):
 
 def size_ok(world, nbytes):
     """Whether select() may pick a direct algorithm for a message of nbytes per rank."""
-    return 1 < world.size <= channel.DIRECT_RANKS and nbytes <= DIRECT_MAX
+    p = world.size
+    return 1 < p <= channel.DIRECT_RANKS and nbytes * (p - 1) <= DIRECT_MAX
 
