@@ -83,11 +83,10 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
     # several topology hosts (a global property: every rank decides alike): within each host
     # over shared memory, between the host leaders over windows
     if world.local_size < world.size and not deterministic and (kind, "hierarchical") in _REGISTRY:
-        # one rank per host: nothing to gain within hosts, small messages go directly (the
-        # channel's host list is the same on every rank; it is made here on first use)
-        if not (world.local_size == 1 and (kind, "direct") in _REGISTRY
-                and direct.size_ok(world, nbytes)
-                and len(channel.get(world).hosts) == world.size):
+        # unless every host has one rank: nothing to do within hosts, the window algorithms
+        # below run over every rank (the channel's host list is the same on every rank; it is
+        # made here on first use)
+        if not (world.local_size == 1 and len(channel.get(world).hosts) == world.size):
             return "hierarchical"
     if not world._shm_world:
         # no shared-memory team spans the ranks: the algorithms written over windows, which
