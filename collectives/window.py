@@ -283,6 +283,26 @@ class Window:
         except _native.Error as e:
             raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put_notify")
 
+    def put_notify_async(self, rank, offset, data, notify_offset, value=1):
+        """put_notify() without waiting for the target's answer: returns a Request (its wait()
+        raises the put_notify's error; flush() waits for every one still open). `data` must
+        stay unchanged until it completes. Two put_notifies to one rank may land in either
+        order unless the first completed before the second started. Over shared memory it is
+        done at once."""
+        self._check(rank, offset)
+        self._check(rank, notify_offset)
+        key = self._keys[rank]
+        where = self._where(rank, offset, _nbytes(data))
+        try:
+            req = Request(self._ctx.put_notify_async(rank, key, offset, data, key,
+                                                     notify_offset, value), where, "put_notify")
+        except _native.Error as e:
+            raise_native(e, *where, what="put_notify")
+        if len(self._pending) > 64:
+            self._pending = [r for r in self._pending if not r._settled()]
+        self._pending.append(req)
+        return req
+
     def notify_async(self, rank, offset, value=1):
         """notify() without waiting for the target's answer (over tcp a round trip saved on
         the caller's path). Returns a Request: its wait() raises the notify's error, and

@@ -1,4 +1,4 @@
-"""Window-based collective algorithms: ring, recursive doubling, hierarchical.
+"""Window-based collective algorithms: ring, recursive doubling, hierarchical, direct.
 
 Real ranks (oversubscribed on 2 cores); one launch runs every case for one configuration
 (tests/scripts/algos_check.py): every algorithm x kind x op x dtype x size against numpy, with
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from collectives import algorithms
-from collectives.algorithms import channel
+from collectives.algorithms import channel, direct
 from conftest import check_ranks, run_env_ranks
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,9 +70,20 @@ def test_select_by_topology_and_size():
     assert sel("allreduce", 1024, _world(4, 2), deterministic=True) == "oneshot"
     # no shared-memory team across the ranks: the window algorithms, by size
     w = _world(4, 4, shm=False)
-    assert sel("allreduce", 1024, w) == "recursive_doubling"
+    for kind in ("allreduce", "allgather", "broadcast"):   # small, few ranks: one round trip
+        assert sel(kind, 1024, w) == "direct"
+        assert sel(kind, 1024, w, deterministic=kind == "allreduce") == "direct"
+    assert sel("reduce_scatter", 1024, w) == "ring"
+    # by the bytes each rank sends: input x (p - 1)
+    big = direct.DIRECT_MAX // 3 + 1024
+    assert sel("allreduce", big, w) == "ring"
+    assert sel("allreduce", big, _world(2, 2, shm=False)) == "direct"
     assert sel("allreduce", 1 << 20, w) == "ring"
-    assert sel("broadcast", 1024, w) == "ring"
+    assert sel("allreduce", 1 << 20, w, deterministic=True) == "ordered"
+    assert sel("broadcast", 1 << 20, w) == "ring"
+    many = _world(channel.DIRECT_RANKS + 1, channel.DIRECT_RANKS + 1, shm=False)
+    assert sel("allreduce", 1024, many) == "recursive_doubling"
+    assert sel("broadcast", 1024, many) == "ring"
     assert sel("allreduce", 1024, w, algorithm="ring") == "ring"
     with pytest.raises(ValueError, match="deterministic"):
         sel("allreduce", 1024, w, algorithm="ring", deterministic=True)
@@ -102,7 +113,7 @@ def test_chunks():
     assert channel.chunks(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
 
 
-@pytest.mark.parametrize("algo,n", [("ring", 3), ("recursive_doubling", 4)])
+@pytest.mark.parametrize("algo,n", [("ring", 3), ("recursive_doubling", 4), ("direct", 3)])
 def test_dead_rank_gives_peer_lost_everywhere(algo, n):
     """Ranks started straight from POOLTENSOR_* variables (no launcher to stop them early)."""
     codes, outs = run_env_ranks(n, "algos_check.py", "lost", algo,

@@ -226,13 +226,49 @@ def _put_notify_refusals(put_notify, notify_async, mem, key, ro, pkey, checks):
     checks()
 
 
-def test_put_notify_orders_data_before_the_counter_over_tcp(pair):
+def _waited(ctx, mode):
+    """put_notify itself, or put_notify_async started and waited for (the same contract)."""
+    if mode == "sync":
+        return ctx.put_notify
+
+    def put_notify(*args):
+        ctx.put_notify_async(*args).wait(20)
+    return put_notify
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_put_notify_orders_data_before_the_counter_over_tcp(pair, mode):
     srv, mem, key, cli, *_ = pair
-    _put_notify_ordering(cli.put_notify, cli.notify_async, srv.wait_local, mem, key, 1)
+    _put_notify_ordering(_waited(cli, mode), cli.notify_async, srv.wait_local, mem, key, 1)
     assert srv.tcp_stats()["bad_frames"] == 0
 
 
-def test_put_notify_refusals_over_tcp(pair):
+def test_put_notify_async_many_in_flight_over_tcp(pair):
+    """Puts of one and several frames in flight together, each with its own counter: every
+    counter moves once its bytes are all there; the requests complete with the answers."""
+    srv, mem, key, cli, *_ = pair
+    words = mem[:64].view(np.int64)
+    words[:] = 0
+    sizes = [100, CHUNK - 64, CHUNK + 1, 3 * CHUNK, 7]
+    base, datas, reqs = 4096, [], []
+    for i, n in enumerate(sizes):
+        datas.append(np.full(n, 11 + i, np.uint8))
+        reqs.append(cli.put_notify_async(1, key, base, datas[-1], key, 8 * (i + 1), i + 1))
+        base += n
+    for r in reqs:
+        r.wait(20)
+    base = 4096
+    for i, n in enumerate(sizes):
+        assert words[i + 1] == i + 1
+        assert (mem[base:base + n] == 11 + i).all()
+        base += n
+    with pytest.raises(_native.Error) as e:     # a refusal comes back through the request
+        cli.put_notify_async(1, key, mem.size - 50, np.ones(100, np.uint8), key, 8, 1).wait(5)
+    assert err(e) == _native.ERR_BOUNDS and words[1] == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_put_notify_refusals_over_tcp(pair, mode):
     srv, mem, key, cli, ro, pkey, _ = pair
 
     def checks():
@@ -241,7 +277,7 @@ def test_put_notify_refusals_over_tcp(pair):
         assert bytes(out) == bytes([100, 101, 102, 103])
         assert srv.tcp_stats()["bad_frames"] == 0
 
-    _put_notify_refusals(cli.put_notify, cli.notify_async, mem, key, ro, pkey, checks)
+    _put_notify_refusals(_waited(cli, mode), cli.notify_async, mem, key, ro, pkey, checks)
 
 
 def _plain_atomics(fetch_add, compare_swap, put_notify, get, peer, key, pkey):
@@ -285,11 +321,13 @@ def shm_self():
     ctx.close()
 
 
-def test_put_notify_and_notify_async_over_shared_memory(shm_self):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_put_notify_and_notify_async_over_shared_memory(shm_self, mode):
     ctx, mem, key, ro, pkey = shm_self
-    _put_notify_ordering(ctx.put_notify, ctx.notify_async, ctx.wait_local, mem, key, 0)
+    put_notify = _waited(ctx, mode)
+    _put_notify_ordering(put_notify, ctx.notify_async, ctx.wait_local, mem, key, 0)
     # refusals: at once (shared memory answers in the call), target unchanged
-    fwd = (lambda r, *a: ctx.put_notify(0, *a)), (lambda r, *a: ctx.notify_async(0, *a))
+    fwd = (lambda r, *a: put_notify(0, *a)), (lambda r, *a: ctx.notify_async(0, *a))
     _put_notify_refusals(*fwd, mem, key, ro, pkey, lambda: None)
 
 
@@ -671,7 +709,7 @@ def test_killed_rank_is_peer_lost_over_tcp(n):
         assert "PeerLost after" in outs[r], outs[r]
 
 
-@pytest.mark.parametrize("algo,n", [("ring", 3), ("recursive_doubling", 4)])
+@pytest.mark.parametrize("algo,n", [("ring", 3), ("recursive_doubling", 4), ("direct", 3)])
 def test_dead_rank_in_a_collective_is_peer_lost_over_tcp(algo, n):
     codes, outs = run_env_ranks(n, "algos_check.py", "lost", algo,
                                 env={**TCP, "POOLTENSOR_TIMEOUT": "20"})

@@ -36,7 +36,7 @@ def register(kind, name):
 
 
 # algorithms whose reduction order is rank order whatever the chunking or placement
-DETERMINISTIC = {"oneshot", "twoshot", "shm", "ordered"}
+DETERMINISTIC = {"oneshot", "twoshot", "shm", "ordered", "direct"}
 # algorithms of the native shared-memory team: they need one team over every rank
 TEAM = {"oneshot", "twoshot", "shm"}
 # stands in for the team's rank-order algorithms where no team spans the ranks
@@ -74,7 +74,7 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
         if deterministic and algorithm not in DETERMINISTIC:
             raise ValueError(f"deterministic=True needs a fixed reduction order; algorithm "
                              f"{algorithm!r} does not have one (use 'auto', 'oneshot', "
-                             f"'twoshot' or 'ordered')")
+                             f"'twoshot', 'ordered' or 'direct')")
         if algorithm in TEAM and not world._shm_world:
             raise ValueError(f"{kind} algorithm {algorithm!r} needs every rank to share memory "
                              f"(one machine, no POOLTENSOR_TRANSPORT=tcp); here choose 'auto' "
@@ -83,10 +83,17 @@ def select(kind, nbytes, world, algorithm="auto", deterministic=False):
     # several topology hosts (a global property: every rank decides alike): within each host
     # over shared memory, between the host leaders over windows
     if world.local_size < world.size and not deterministic and (kind, "hierarchical") in _REGISTRY:
-        return "hierarchical"
+        # unless every host has one rank: nothing to do within hosts, the window algorithms
+        # below run over every rank (the channel's host list is the same on every rank; it is
+        # made here on first use)
+        if not (world.local_size == 1 and len(channel.get(world).hosts) == world.size):
+            return "hierarchical"
     if not world._shm_world:
         # no shared-memory team spans the ranks: the algorithms written over windows, which
-        # run over whatever transport reaches each peer
+        # run over whatever transport reaches each peer; small messages among few ranks in
+        # one round trip, every input straight to every rank (direct.py)
+        if (kind, "direct") in _REGISTRY and direct.size_ok(world, nbytes):
+            return "direct"
         if deterministic and (kind, "ordered") in _REGISTRY:
             return "ordered"
         if not deterministic:
@@ -108,4 +115,4 @@ def run(kind, name, world, x, out, **opts):
 
 
 from . import shm  # noqa: E402,F401  (registers the shared-memory algorithms)
-from . import ring, recursive, hierarchical, ordered  # noqa: E402,F401  (window-based)
+from . import channel, ring, recursive, hierarchical, ordered, direct  # noqa: E402,F401

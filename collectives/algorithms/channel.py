@@ -10,21 +10,29 @@ rank's window holds::
                credit[size]   int64   chunks of mine that rank d has consumed
                abort[size][KEEP][4]   rank s's last KEEP aborts: group, op seq, reason, ranks
     slots      for each rank s that may send to me (ring neighbour, recursive-doubling
-               partners, in the world group and the host-leaders group): nslots slots of
+               partners, in the world group and the host-leaders group; every rank in worlds
+               of up to DIRECT_RANKS, for direct.py): nslots slots of
                64-byte header + slot_bytes payload
 
 send(d, chunk): wait until credit[d] > sent[d] - nslots (a free slot), put header and payload
 into slot sent[d] % nslots of my area in d's window with a notify of d's arrived[me] that lands
 after the bytes (Window.put_notify: one round trip over tcp). recv(s): wait until arrived[s] >
-recvd[s], check the header, read the payload in place, release() notifies credit[me] in s's
-window. With POOLTENSOR_CHANNEL_ASYNC_RELEASE=1 the release goes over tcp without waiting for
-the answer (Window.notify_async): the answers are collected when the next operation starts, and
-the first failure among them fails that operation on every member (the abort protocol below);
-the window's close waits for any left. It is off by default: measured between two network
-namespaces on a loaded machine, the answer read by the connection's receiver thread (and the
-synchronous calls that follow waiting on that thread) cost more than the round trip it saves. The counters only grow, so consecutive collectives continue one
-stream per pair; the header (op sequence number of the group, digest of the call, algorithm and
-group, payload length) gives every operation in flight its own tag and catches calls that do
+recvd[s], check the header, read the payload in place, release() gives the slot back.
+Over shared memory the release notifies credit[me] in s's window at once (a store). Over tcp it
+costs nothing on the spot: the next chunk this rank sends to s carries how many of s's chunks it
+has consumed (the header's ack, read by s when it receives that chunk), and the releases still
+owed are notified in one call (value = their count) once half the slots of s are owed, before
+this rank sleeps in a wait (after a short spin, FLUSH_AFTER seconds), and at the end of every
+operation: a rank never sleeps while owing a slot, so no sender waits on credit that is not
+coming, and an operation pays one release round trip per peer, not one per chunk. That last
+round trip stays: without it a rank could return from an operation that its peer, cut off by
+a partition after the last data arrived, fails; the two would then disagree about the call.
+Chunks of ASYNC_MIN bytes and more go with put_notify_async, one in flight per peer (waited
+for before the next to that peer, so that they land in order, and at the end of the
+operation): the next chunk is received and reduced while one is on the wire.
+The counters only grow, so consecutive collectives continue one stream per pair; the header
+(op sequence number of the group, digest of the call, algorithm and group, payload length,
+ack) gives every operation in flight its own tag and catches calls that do
 not match, naming the other rank.
 
 A rank that fails inside an operation (mismatch, timeout, lost peer) writes its abort record
@@ -63,9 +71,16 @@ COUNT = POISON - 1            # the chunk count in a counter's low bits
 STAGE_MAX = 16 * 1024         # payloads up to this go with their header in one put
 SLOT_BYTES = int(os.environ.get("POOLTENSOR_CHANNEL_SLOT_BYTES", 256 * 1024))
 NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
+# every rank gets slots at every other rank (direct.py's all-to-all) in worlds up to this size
+DIRECT_RANKS = int(os.environ.get("POOLTENSOR_DIRECT_RANKS", 8))
+FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed are notified
+# chunks of at least this many bytes go over tcp without waiting for the answer (the next one
+# to that rank, or the end of the operation, waits for it): the send is in flight while this
+# rank receives and reduces; smaller ones wait at once (an answer read by the connection's
+# receiver thread costs a hand-off, more than these save)
+ASYNC_MIN = int(os.environ.get("POOLTENSOR_CHANNEL_ASYNC_MIN", 64 * 1024))
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
-ASYNC_RELEASE = os.environ.get("POOLTENSOR_CHANNEL_ASYNC_RELEASE", "0") != "0"
 TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"
 
 KEEP = 8                      # abort records kept per peer (the latest, by poison count)
@@ -73,7 +88,9 @@ MISMATCH, FAILED, LOST, TIMEOUT = 1, 2, 3, 4    # abort reasons
 WORLD, LEADERS = 0, 1         # group ids
 _U64 = (1 << 64) - 1
 _EMPTY = np.zeros(0, np.uint8)
-_HEADER = struct.Struct("<5Q")   # group, op seq, algorithm, digest of the call, payload bytes
+# group, op seq, algorithm, digest of the call, payload bytes, and the ack: chunks of the
+# receiver's that the sender has consumed (a release without a round trip)
+_HEADER = struct.Struct("<6Q")
 
 
 def get(world):
@@ -205,8 +222,12 @@ class Channel:
             raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
             off = (-raw.ctypes.data) % 64
             self.stage = raw[off:off + HDR + self.slot_bytes]
-        self.releases = []                  # notify_async requests not yet answered
+        self.notified = [0] * n             # releases notified to each sender (<= recvd)
+        self.acked = [0] * n                # chunks of mine each rank said it consumed (ack)
+        self.shown = [0] * n                # the ack last sent to each rank
         self.stage_mv = memoryview(self.stage)
+        self.stages = {}                    # rank -> staging buffer of its send in flight
+        self.inflight = {}                  # rank -> put_notify_async Request not yet waited
         self.hdr = np.zeros(HDR, np.uint8)
         world._calls.on_epoch.append(self._retire)
 
@@ -237,7 +258,8 @@ class Channel:
     def _senders_of(self, r):
         s = self._senders.get(r)
         if s is None:
-            peers = set()
+            peers = set(range(self.n)) if self.n <= DIRECT_RANKS else set()
+            peers.discard(r)
             for g in self.groups:
                 peers |= _peers(g.ranks, r)
             s = self._senders[r] = sorted(peers)
@@ -261,8 +283,9 @@ class Channel:
     # -- waiting -----------------------------------------------------------------------------
     def _wait(self, idx, peer, v, op):
         """Until the chunk count of counter idx (this rank's window) is >= v; fails if peer
-        aborted the operation in progress."""
+        aborted the operation in progress. Releases still owed are notified before sleeping."""
         c = self.ctr
+        spun = not any(self.tcp)
         while True:
             x = c[idx]
             if x & COUNT >= v:
@@ -270,10 +293,28 @@ class Channel:
             if x >= POISON:
                 self._check_aborts(peer, x >> 40)
             try:
+                if not spun:
+                    spun = True
+                    try:
+                        self.win.wait_local(8 * idx, (x & ~COUNT) + v, watch=peer,
+                                            timeout=FLUSH_AFTER)
+                        continue
+                    except Timeout:
+                        self._flush()
+                        continue
                 self.win.wait_local(8 * idx, (x & ~COUNT) + v, watch=peer)
             except Timeout:
                 raise Timeout(f"{op.what}: waited {self.world.timeout} s for rank {peer}",
                               rank=peer, host=self.world.hosts[peer]) from None
+
+    def _flush(self, src=None):
+        """Notify the releases owed (to src, or to every sender): one call each, value = the
+        count."""
+        for s in (self._senders_of(self.me) if src is None else (src,)):
+            owed = self.recvd[s] - self.notified[s]
+            if owed > 0:
+                self.notified[s] = self.recvd[s]
+                self.win.notify(s, 8 * (self.n + self.me), owed)
 
     def _check_aborts(self, peer, count):
         """Raise if peer gave up our operation, or a later one (so it left ours too: while this
@@ -308,23 +349,34 @@ class Channel:
                 if not self._past(gid, seq):
                     break
                 self.recvd[src] += 1
-                self.win.notify(src, 8 * (self.n + self.me), 1)
+        self._flush()
 
-    def _settle(self, quiet=False):
-        """Wait for the asynchronous releases still in flight; their first failure raises
-        (quiet: an operation failed already, only let them finish)."""
-        reqs, self.releases = self.releases, []
+    def _stage(self, dst):
+        """dst's own staging buffer (header + one slot): its send may be in flight."""
+        st = self.stages.get(dst)
+        if st is None:
+            raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
+            off = (-raw.ctypes.data) % 64
+            st = self.stages[dst] = raw[off:off + HDR + self.slot_bytes]
+        return st
+
+    def _settle(self, dst=None, quiet=False):
+        """Wait for the sends in flight (to dst, or all); the first failure raises (quiet: an
+        operation failed already, only let them finish)."""
+        if dst is not None:
+            req = self.inflight.pop(dst, None)
+            if req is not None:
+                req.wait(self.world.timeout)
+            return
+        reqs, self.inflight = list(self.inflight.values()), {}
+        first = None
         for r in reqs:
             try:
                 r.wait(self.world.timeout)
-            except Exception:
-                if not quiet:
-                    for rest in reqs:
-                        try:
-                            rest.wait(self.world.timeout)
-                        except Exception:
-                            pass
-                    raise
+            except Exception as e:
+                first = first or e
+        if first is not None and not quiet:
+            raise first
 
     # -- failure -----------------------------------------------------------------------------
     def _abort(self, op, reason, pair):
@@ -403,14 +455,6 @@ class Op:
     def __enter__(self):
         ch = self.ch
         ch.cur = (self.group.gid, self.seq)
-        if ch.releases:
-            try:
-                ch._settle()     # the previous operations' releases: a failure fails this one
-            except Exception as late:
-                ch.dirty = True
-                ch._abort(self, *_reason(late, ch.me))
-                ch.cur = None
-                raise
         if ch.dirty:
             ch._drain()
         return self
@@ -418,6 +462,17 @@ class Op:
     def __exit__(self, et, e, tb):
         ch = self.ch
         if e is None:
+            try:
+                ch._settle()     # this operation's sends: a failure fails it on every member
+                # the releases still owed, in one call per sender: the last round trip of the
+                # operation, so that a rank whose peer cannot finish (a partition, a stop)
+                # fails the operation with it rather than return while the peer gives it up
+                ch._flush()
+            except Exception as late:
+                ch.dirty = True
+                ch._abort(self, *_reason(late, ch.me))
+                ch.cur = None
+                raise
             ch.dirty = False
         else:
             ch._settle(quiet=True)
@@ -430,22 +485,34 @@ class Op:
         """Put one chunk (a uint8 array of at most slot_bytes) into dst's next slot for us."""
         ch = self.ch
         k = ch.sent[dst]
-        if k >= ch.nslots:
+        if k >= ch.nslots and ch.acked[dst] < k - ch.nslots + 1:
             ch._wait(ch.n + dst, dst, k - ch.nslots + 1, self)
         off = ch._base(dst, ch.me) + (k % ch.nslots) * ch.stride
         n = data.nbytes
         gid, seq, algo, sig = self.key
-        if n <= STAGE_MAX or ch.tcp[dst]:
+        if ch.tcp[dst]:
+            if dst in ch.inflight:
+                ch._settle(dst)      # complete before the next starts: they land in order
+            stage = ch._stage(dst) if n >= ASYNC_MIN else ch.stage
+            _HEADER.pack_into(stage, 0, gid, seq, algo, sig, n, ch.recvd[dst])
+            if n:
+                stage[HDR:HDR + n] = data
+            if n >= ASYNC_MIN:
+                ch.inflight[dst] = ch.win.put_notify_async(dst, off, stage[:HDR + n], 8 * ch.me, 1)
+            else:
+                ch.win.put_notify(dst, off, stage[:HDR + n], 8 * ch.me, 1)
+        elif n <= STAGE_MAX:
             st = ch.stage_mv
-            _HEADER.pack_into(st, 0, gid, seq, algo, sig, n)
+            _HEADER.pack_into(st, 0, gid, seq, algo, sig, n, ch.recvd[dst])
             if n:
                 st[HDR:HDR + n] = data
             ch.win.put_notify(dst, off, ch.stage[:HDR + n], 8 * ch.me, 1)
         else:
             ch.win.put(dst, off + HDR, data)
-            _HEADER.pack_into(ch.hdr, 0, gid, seq, algo, sig, n)
+            _HEADER.pack_into(ch.hdr, 0, gid, seq, algo, sig, n, ch.recvd[dst])
             ch.win.put_notify(dst, off, ch.hdr, 8 * ch.me, 1)
         ch.sent[dst] = k + 1
+        ch.shown[dst] = ch.recvd[dst]
 
     def recv(self, src, nbytes):
         """The next chunk from src (a view of our slot, valid until release(src)).
@@ -462,20 +529,18 @@ class Op:
             if not ch._past(got[0], got[1]):
                 self._mismatch(src, got, nbytes)
             self.release(src)
-        if got[2:] != self.key[2:] + (nbytes,):
+        if got[2:5] != self.key[2:] + (nbytes,):
             self._mismatch(src, got, nbytes)
+        if got[5] > ch.acked[src]:
+            ch.acked[src] = got[5]
         return ch.buf[off + HDR:off + HDR + nbytes]
 
     def release(self, src):
         """Done with the chunk from src: give its slot back."""
         ch = self.ch
-        ch.recvd[src] += 1
-        if not (ASYNC_RELEASE and ch.tcp[src]):
-            ch.win.notify(src, 8 * (ch.n + ch.me), 1)
-            return
-        if len(ch.releases) >= 64:
-            ch._settle()
-        ch.releases.append(ch.win.notify_async(src, 8 * (ch.n + ch.me), 1))
+        k = ch.recvd[src] = ch.recvd[src] + 1
+        if not ch.tcp[src] or k - max(ch.notified[src], ch.shown[src]) >= ch.nslots // 2:
+            ch._flush(src)
 
     def recv_into(self, src, out):
         """Receive the next chunk from src into the uint8 array out."""

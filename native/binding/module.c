@@ -673,6 +673,33 @@ static PyObject *Context_put_notify(ContextObject *self, PyObject *args)
     return pt_py_none_or_raise(st, -1);
 }
 
+/* put_notify in flight: the Request holds the data's buffer until it completes. */
+static PyObject *Context_put_notify_async(ContextObject *self, PyObject *args)
+{
+    int rank;
+    unsigned long long key, off, nkey, noff;
+    long long v;
+    RequestObject *r = new_request();
+    if (!r)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "iO&O&y*O&O&L", &rank, pt_py_u64, &key, pt_py_u64, &off,
+                          &r->buf, pt_py_u64, &nkey, pt_py_u64, &noff, &v)) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    r->has_buf = 1;
+    if (!self->ctx) {
+        Py_DECREF(r);
+        return pt_py_closed();
+    }
+    pt_ctx_t *c = self->ctx;
+    pt_status_t st;
+    CALL_MAYBE_RELEASED(c, rank, r->buf.len,
+                        st = pt_put_notify_async(c, rank, key, off, r->buf.buf,
+                                                 (size_t)r->buf.len, nkey, noff, v, &r->req));
+    return request_started(r, st);
+}
+
 static PyObject *Context_notify_async(ContextObject *self, PyObject *args)
 {
     return notify_op(self, args, 1);
@@ -714,6 +741,9 @@ static PyMethodDef Context_methods[] = {
     {"put_notify", (PyCFunction)Context_put_notify, METH_VARARGS,
      "put_notify(rank, key, offset, data, notify_key, notify_offset, value): put, then notify "
      "once the bytes are in place."},
+    {"put_notify_async", (PyCFunction)Context_put_notify_async, METH_VARARGS,
+     "put_notify_async(rank, key, offset, data, notify_key, notify_offset, value) -> Request: "
+     "put_notify without waiting; data stays unchanged until it completes."},
     {"notify_async", (PyCFunction)Context_notify_async, METH_VARARGS,
      "notify_async(rank, key, offset, value) -> Request: notify without waiting."},
     {"wait_local", (PyCFunction)Context_wait_local, METH_VARARGS,

@@ -232,6 +232,12 @@ pt_status_t pt_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64
  * frames, as pt_put does); the counter never moves unless every byte was written. */
 pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, const void *src,
                           size_t len, uint64_t nkey, uint64_t noff, int64_t v);
+/* pt_put_notify without waiting for the answer: *out completes with the target's status. src
+ * must stay unchanged until then. Over tcp the put and its notify travel as pt_put_notify's
+ * do (the guarantee is the same); transports without an asynchronous form complete it here. */
+pt_status_t pt_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                int64_t v, pt_req_t **out);
 /* pt_notify without waiting for the answer: *out completes with the target's status (over
  * shared memory it is done already). Errors found at once (unknown rank, lost peer, and over
  * shared memory any refusal) are returned here instead. Notifies to one rank are applied in

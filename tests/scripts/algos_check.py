@@ -1,4 +1,4 @@
-"""Window-based algorithms (ring, recursive doubling, hierarchical) against numpy, on real ranks.
+"""Window-based algorithms (ring, recursive doubling, hierarchical, direct) against numpy, on real ranks.
 
     algos_check.py [cases | mismatch | lost ALGORITHM]
 
@@ -199,12 +199,13 @@ def cross_check():
 
 def cases():
     for algo in algorithms.names("allreduce"):
-        if algo in ("ring", "recursive_doubling", "hierarchical"):
+        if algo in ("ring", "recursive_doubling", "hierarchical", "direct"):
             allreduce_cases(algo)
-    for algo in ("ring", "recursive_doubling", "hierarchical"):
+    for algo in ("ring", "recursive_doubling", "hierarchical", "direct"):
         allgather_cases(algo)
-    for algo in ("ring", "hierarchical"):
-        reduce_scatter_cases(algo)
+    for algo in ("ring", "hierarchical", "direct"):
+        if algo != "direct":
+            reduce_scatter_cases(algo)
         broadcast_cases(algo)
     # auto picks hierarchical across fake hosts; the one-host path stays the native team
     x = np.full(10, rank + 1, np.int64)
@@ -245,7 +246,7 @@ def mismatch():
     odd = rank == int(os.environ.get("ALGOS_ODD", size - 1)) % size
     count = 9 if odd else 8
     big = 70001 if odd else 70000
-    for algo in ("ring", "recursive_doubling", "hierarchical"):
+    for algo in ("ring", "recursive_doubling", "hierarchical", "direct"):
         expect_mismatch(f"allreduce {algo} count",
                         lambda: collectives.allreduce(np.ones(count, np.float32), algorithm=algo))
         expect_mismatch(f"allreduce {algo} big",
@@ -260,9 +261,10 @@ def mismatch():
         res = collectives.allreduce(np.full(5, rank, np.int64), algorithm=algo)
         if not np.array_equal(res, np.full(5, size * (size - 1) // 2)):
             failures.append(f"rank {rank}: {algo}: wrong result after a mismatch: {res}")
-    for algo in ("ring", "hierarchical"):
-        expect_mismatch(f"reduce_scatter {algo}", lambda: collectives.reduce_scatter(
-            np.ones((size, count), np.int32), algorithm=algo))
+    for algo in ("ring", "hierarchical", "direct"):
+        if algo != "direct":
+            expect_mismatch(f"reduce_scatter {algo}", lambda: collectives.reduce_scatter(
+                np.ones((size, count), np.int32), algorithm=algo))
         expect_mismatch(f"broadcast {algo} root 0", lambda: collectives.broadcast(
             np.ones(count, np.int32), 0, algorithm=algo))
         expect_mismatch(f"broadcast {algo} root last", lambda: collectives.broadcast(
@@ -270,6 +272,10 @@ def mismatch():
     # ranks that chose different algorithms
     expect_mismatch("allreduce ring/recursive_doubling", lambda: collectives.allreduce(
         np.ones(8, np.float32), algorithm="ring" if odd else "recursive_doubling"))
+    expect_mismatch("allreduce direct/ring", lambda: collectives.allreduce(
+        np.ones(8, np.float32), algorithm="direct" if odd else "ring"))
+    expect_mismatch("broadcast direct/ring", lambda: collectives.broadcast(
+        np.ones(8, np.float32), algorithm="direct" if odd else "ring"))
     if channel.TEAM_CHECK:  # a team algorithm never reads the channel: only the team meets
         expect_mismatch("allreduce ring/oneshot", lambda: collectives.allreduce(
             np.ones(8, np.float32), algorithm="ring" if odd else "oneshot"))

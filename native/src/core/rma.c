@@ -101,6 +101,41 @@ pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, c
     COUNTED(PT_STAT_OP_PUT_NOTIFY, len, put_notify(ctx, rank, key, off, src, len, nkey, noff, v));
 }
 
+pt_status_t pt_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                int64_t v, pt_req_t **out)
+{
+    if (!out)
+        return PT_ERR_INVALID;
+    const pt_transport_ops_t *o = pt__peer_ops(ctx, rank);
+    uint64_t t0 = pt__stats_t0();
+    pt_status_t st;
+    if (o->put_notify_async) {
+        st = o->put_notify_async(ctx, rank, key, off, src, len, nkey, noff, v, out);
+        if (t0 && st == PT_OK) {
+            pt__stats_req_start(ctx->stats, *out, rank, o->id, PT_STAT_OP_PUT_NOTIFY, len, t0);
+            return st;
+        }
+    } else {
+        /* done here and handed back complete (shared memory: a copy and a store) */
+        pt_req_t *r = calloc(1, sizeof(*r));
+        if (!r)
+            return PT_ERR_NOMEM;
+        st = o->put_notify(ctx, rank, key, off, src, len, nkey, noff, v);
+        if (st != PT_OK) {
+            free(r);
+        } else {
+            atomic_store(&r->refs, 1);
+            r->rank = rank;
+            atomic_store_explicit(&r->done, 1, memory_order_release);
+            *out = r;
+        }
+    }
+    if (t0)
+        pt__stats_op(ctx->stats, rank, o->id, PT_STAT_OP_PUT_NOTIFY, len, st, t0);
+    return st;
+}
+
 pt_status_t pt_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, int64_t v,
                             pt_req_t **out)
 {

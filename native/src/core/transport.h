@@ -61,6 +61,11 @@ typedef struct pt_transport_ops {
     pt_status_t (*put_notify)(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                               const void *src, size_t len, uint64_t nkey, uint64_t noff,
                               int64_t v);
+    /* put_notify in flight (*out completes with the target's answer); NULL where a transport
+     * has no faster way than put_notify itself (pt_put_notify_async then runs that) */
+    pt_status_t (*put_notify_async)(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                    const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                    int64_t v, pt_req_t **out);
     /* n > 0, offs and src set, itemsize > 0 (checked by the caller) */
     pt_status_t (*put_indexed)(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
                                size_t n, size_t itemsize, const void *src);

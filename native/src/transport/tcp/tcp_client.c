@@ -506,10 +506,11 @@ static pt_status_t tcp_put_indexed(pt_ctx_t *ctx, int rank, uint64_t key, const 
     return issue(ctx, rank, r, NULL, NULL);
 }
 
-/* A put whose bytes are in memory before the int64 at (nkey, noff) grows by v (PUT_NOTIFY). */
-static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                                  const void *src, size_t len, uint64_t nkey, uint64_t noff,
-                                  int64_t v)
+/* A put whose bytes are in memory before the int64 at (nkey, noff) grows by v (PUT_NOTIFY);
+ * waited for here, or in flight when out is set. */
+static pt_status_t tcp_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                        const void *src, size_t len, uint64_t nkey,
+                                        uint64_t noff, int64_t v, pt_req_t **out)
 {
     pt_status_t st = check_peer(ctx, rank);
     if (st != PT_OK)
@@ -522,7 +523,14 @@ static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_
     r->a = (int64_t)nkey;
     r->b = (int64_t)noff;
     pt__le_put(r->value, (uint64_t)v, 8);
-    return issue(ctx, rank, r, NULL, NULL);
+    return issue(ctx, rank, r, out, NULL);
+}
+
+static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                  const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                  int64_t v)
+{
+    return tcp_put_notify_async(ctx, rank, key, off, src, len, nkey, noff, v, NULL);
 }
 
 /* A notify in flight: *out completes with the target's answer. */
@@ -688,6 +696,7 @@ const pt_transport_ops_t pt_transport_tcp = {
     .notify = tcp_notify,
     .notify_async = tcp_notify_async,
     .put_notify = tcp_put_notify,
+    .put_notify_async = tcp_put_notify_async,
     .put_indexed = tcp_put_indexed,
     .map = pt_transport_unsupported_map,
     .stop = tcp_stop,
