@@ -101,11 +101,13 @@ def check_huge_pages(path=THP_SHMEM, kind=None):
     if (kind or segment_kind()) == "tmpfs":
         return False
     _warned[0] = True
+    why = ("$POOLTENSOR_SEGMENTS=memfd keeps pool memory out of a private tmpfs with huge pages"
+           if os.environ.get("POOLTENSOR_SEGMENTS") == "memfd" else
+           "nor could a private tmpfs with huge pages be mounted (user namespaces off?)")
     warnings.warn(
         f"shared memory gets no transparent huge pages on this machine ({path} is "
-        f"'{value}'), nor could a private tmpfs with huge pages be mounted (user namespaces "
-        f"off?): pool memory is backed 4 KiB at a time, which makes first touches and "
-        f"streams slower. This is only a speed matter; to fix it (as root): "
+        f"'{value}'), and {why}: pool memory is backed 4 KiB at a time, which makes first "
+        f"touches and streams slower. This is only a speed matter; to fix it (as root): "
         f"echo advise > {path}  (POOLTENSOR_THP_WARNING=0 silences this)",
         HugePageWarning, stacklevel=3)
     return True
