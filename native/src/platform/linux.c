@@ -40,15 +40,17 @@
  * a TLB miss) per 4 KiB where numpy's anonymous memory gets 2 MiB pages. A tmpfs mounted with
  * huge=within_size gets 2 MiB pages whatever that setting says (only "deny" and "force"
  * override a mount's choice), and an unprivileged process may mount a tmpfs inside a user and
- * mount namespace of its own. So once per process a child made by clone() (no fork handlers
- * run; every signal blocked) enters new user and mount namespaces, maps our ids, makes the
- * tmpfs (fsmount: a mount attached nowhere; on kernels before 5.2 mounted over a directory of
- * its namespace), and hands the O_PATH descriptor of its root back over a socket pair, then
- * exits. The child makes system calls only (async-signal-safe: the parent may have threads),
- * from strings the parent prepared. The mount lives while that descriptor is held (until this
- * process exits; its namespaces die with the child), and files made in it with O_TMPFILE
- * never have a name. The mount's size is the machine's memory (a memfd has no
- * limit either); pages are charged to whoever touches them, as a memfd's are.
+ * mount namespace of its own. So once per process a helper is cloned into new user and mount
+ * namespaces; it maps our ids, makes the tmpfs (fsmount: a mount attached nowhere; on kernels
+ * before 5.2 mounted over a directory of its own namespace) and opens its root O_PATH, then
+ * exits. It shares our memory and descriptor table (CLONE_VM | CLONE_FILES: the descriptor is
+ * simply there for us, and no page of ours is made copy-on-write as a fork would) while we
+ * wait for it (CLONE_VFORK); no fork handlers run, every signal is blocked, and it makes
+ * system calls only (async-signal-safe: we may have threads), from strings we prepared. The
+ * mount lives while that descriptor is held (until this process exits; the namespaces die
+ * with the helper), and files made in it with O_TMPFILE never have a name. Its size is the
+ * machine's memory (a memfd has no limit either); pages are charged to whoever touches them,
+ * as a memfd's are.
  *
  * $POOLTENSOR_SEGMENTS: "memfd" never tries the tmpfs, "tmpfs" tries it whatever the setting,
  * otherwise (auto) it is tried when shmem_enabled is "never". Where it cannot be had (user
@@ -58,8 +60,9 @@ static int huge_dir = -1;            /* O_PATH root of the huge tmpfs, or -1: me
 static pthread_once_t huge_once = PTHREAD_ONCE_INIT;
 
 struct huge_child {
-    int sock;                        /* our end of the socket pair */
     char uid_map[48], gid_map[48], size[24], opts[96];
+    volatile int dir;                /* the helper's answer: the root, or -1 */
+    volatile int step;               /* where it stopped (0: done), for a debugger */
 };
 
 static int write_file(const char *path, const char *text)
@@ -99,8 +102,8 @@ out:
     return dir;
 }
 
-/* Before the new mount API: mounted on a directory of the namespace (its own copy of the
- * tree, so nothing outside sees it); its root, O_PATH, or -1. Not "/": a process's root
+/* Before the new mount API: mounted on a directory of the helper's namespace (its own copy of
+ * the tree, so nothing outside sees it); its root, O_PATH, or -1. Not "/": a process's root
  * is not covered by what is mounted over it. */
 static int huge_mount(const struct huge_child *c)
 {
@@ -120,60 +123,24 @@ static int huge_mount(const struct huge_child *c)
     return -1;
 }
 
-/* The child: system calls only; its exit status says which step failed (for strace). */
+/* The helper, born in its new namespaces: system calls only. */
 static int huge_child_main(void *arg)
 {
     struct huge_child *c = arg;
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
-        _exit(10);
+    c->step = 1;
     if (write_file("/proc/self/setgroups", "deny") != 0 ||
         write_file("/proc/self/uid_map", c->uid_map) != 0 ||
         write_file("/proc/self/gid_map", c->gid_map) != 0)
-        _exit(11);
+        _exit(1);
+    c->step = 2;
     int dir = huge_fsmount(c);
     if (dir < 0)
         dir = huge_mount(c);
     if (dir < 0)
-        _exit(12);
-    char byte = 0;
-    struct iovec iov = {&byte, 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof(u));
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                         .msg_controllen = sizeof(u.buf)};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &dir, sizeof(int));
-    _exit(sendmsg(c->sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : 14);
-}
-
-static int recv_fd(int sock)
-{
-    struct pollfd p = {sock, POLLIN, 0};
-    if (poll(&p, 1, 10000) != 1)     /* the child makes a handful of calls: 10 s is lost */
-        return -1;
-    char byte;
-    struct iovec iov = {&byte, 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                         .msg_controllen = sizeof(u.buf)};
-    if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1)
-        return -1;
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-        cm->cmsg_len != CMSG_LEN(sizeof(int)))
-        return -1;
-    int fd;
-    memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-    return fd;
+        _exit(2);
+    c->dir = dir;
+    c->step = 0;
+    _exit(0);
 }
 
 /* Whether auto mode wants the tmpfs: shmem_enabled says "[never]". */
@@ -188,7 +155,7 @@ static int shmem_thp_off(void)
     return n > 0 && strstr(buf, "[never]") != NULL;
 }
 
-static _Alignas(16) char huge_stack[64 << 10];   /* the child's (a copy: no CLONE_VM) */
+static _Alignas(16) char huge_stack[64 << 10];   /* the helper's, only while we wait */
 
 static void huge_open(void)
 {
@@ -197,11 +164,9 @@ static void huge_open(void)
         return;
     if (!(want && strcmp(want, "tmpfs") == 0) && !shmem_thp_off())
         return;
-    struct huge_child c;
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-        return;
-    c.sock = sv[1];
+    static struct huge_child c;
+    c.dir = -1;
+    c.step = -1;
     snprintf(c.uid_map, sizeof(c.uid_map), "%u %u 1\n", (unsigned)geteuid(), (unsigned)geteuid());
     snprintf(c.gid_map, sizeof(c.gid_map), "%u %u 1\n", (unsigned)getegid(), (unsigned)getegid());
     unsigned long long mem = (unsigned long long)sysconf(_SC_PHYS_PAGES) *
@@ -212,19 +177,14 @@ static void huge_open(void)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     /* exit signal 0: no SIGCHLD, and only a wait with __WALL or __WCLONE can reap it, so
-     * nobody else's waitpid(-1) takes it from us */
-    pid_t pid = clone(huge_child_main, huge_stack + sizeof(huge_stack), 0, &c);
+     * nobody else's waitpid(-1) takes it from us; CLONE_VFORK: back here once it has gone */
+    pid_t pid = clone(huge_child_main, huge_stack + sizeof(huge_stack),
+                      CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWUSER | CLONE_NEWNS, &c);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(sv[1]);
-    int dir = pid > 0 ? recv_fd(sv[0]) : -1;
-    close(sv[0]);
-    if (pid > 0) {
-        if (dir < 0)
-            kill(pid, SIGKILL);
+    if (pid > 0)
         while (waitpid(pid, NULL, __WCLONE) < 0 && errno == EINTR)
             ;
-    }
-    huge_dir = dir;
+    huge_dir = pid > 0 ? c.dir : -1;
 }
 
 const char *pt_plat_segment_kind(void)
