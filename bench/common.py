@@ -273,6 +273,15 @@ def _caches():
     return out
 
 
+def _segment_kind():
+    """What pool segments are made of in this process (memfd, tmpfs with huge pages, ...)."""
+    try:
+        from collectives.native import segment_kind
+        return segment_kind()
+    except ImportError:     # a bench of other things runs without the native module
+        return None
+
+
 def machine_info(**extra):
     """CPU, cores, OS, Python and numpy versions, THP settings, plus whatever the caller adds."""
     import numpy as np
@@ -287,6 +296,7 @@ def machine_info(**extra):
         "numpy": np.__version__,
         "thp": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
         "thp_shmem": _read("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
+        "segments": _segment_kind(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv,
     }

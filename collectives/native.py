@@ -13,8 +13,15 @@ _PROFILES = {
 }
 
 
+def segment_kind():
+    """What this process's shared-memory segments are made of: 'memfd', 'tmpfs' (Linux: a
+    private tmpfs mounted with huge pages, used where shared memory gets none otherwise;
+    $POOLTENSOR_SEGMENTS) or 'shm_open' (posix). Decided once per process."""
+    return _native.segment_kind()
+
+
 def native_info():
     """The native layer's build: {'profile': 'linux' or 'posix', and what it uses for
-    segments, waits, wake-ups, peer death and a peer's private memory}."""
+    segments (in this process), waits, wake-ups, peer death and a peer's private memory}."""
     profile = getattr(_native, "PLATFORM", "linux")
-    return {"profile": profile, **_PROFILES.get(profile, {})}
+    return {"profile": profile, **_PROFILES.get(profile, {}), "segments": segment_kind()}

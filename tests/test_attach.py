@@ -239,9 +239,11 @@ def test_huge_page_warning_once_per_process(tmp_path, monkeypatch):
     assert mapping.thp_setting(str(tmp_path / "none")) is None
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        assert not mapping.check_huge_pages(str(on))
-        assert mapping.check_huge_pages(str(off)) == sys.platform.startswith("linux")
-        assert not mapping.check_huge_pages(str(off))          # once per process
+        assert not mapping.check_huge_pages(str(on), kind="memfd")
+        assert not mapping.check_huge_pages(str(off), kind="tmpfs")   # huge pages of its own
+        assert mapping.check_huge_pages(str(off), kind="memfd") == sys.platform.startswith(
+            "linux")
+        assert not mapping.check_huge_pages(str(off), kind="memfd")   # once per process
     ours = [w for w in got if issubclass(w.category, HugePageWarning)]
     assert len(ours) == (1 if sys.platform.startswith("linux") else 0)
     if ours:
@@ -251,20 +253,28 @@ def test_huge_page_warning_once_per_process(tmp_path, monkeypatch):
     monkeypatch.setenv("POOLTENSOR_THP_WARNING", "0")
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        assert not mapping.check_huge_pages(str(off))
+        assert not mapping.check_huge_pages(str(off), kind="memfd")
     assert not got
 
 
-def test_huge_page_warning_in_a_script():
+@pytest.mark.parametrize("segments", ["memfd", "auto"])
+def test_huge_page_warning_in_a_script(segments):
+    """Once per process when pool memory gets no huge pages: memfds with shmem huge pages
+    off; not where the segments come from the private huge tmpfs (auto, where it works)."""
     code = ("import warnings, pooltensor as pt\n"
+            "from collectives.native import segment_kind\n"
             "warnings.simplefilter('always')\n"
             "for _ in range(2):\n"
             "    pt.init(members=2, memory=1 << 22)\n"
-            "    pt.finalize()\n")
-    env = dict(os.environ, POOLTENSOR_THP_WARNING="1", POOLTENSOR_TIMEOUT="30")
+            "    pt.finalize()\n"
+            "print(segment_kind())\n")
+    env = dict(os.environ, POOLTENSOR_THP_WARNING="1", POOLTENSOR_TIMEOUT="30",
+               POOLTENSOR_SEGMENTS=segments)
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=90)
     assert p.returncode == 0, p.stderr
     value = mapping.thp_setting()
     off = sys.platform.startswith("linux") and value is not None and value not in mapping.THP_ON
-    assert p.stderr.count("HugePageWarning") == (1 if off else 0), p.stderr
+    kind = p.stdout.split()[-1]
+    assert kind in ("memfd", "tmpfs", "shm_open") and (segments == "auto" or kind != "tmpfs")
+    assert p.stderr.count("HugePageWarning") == (1 if off and kind != "tmpfs" else 0), p.stderr

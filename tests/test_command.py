@@ -73,9 +73,15 @@ def test_info_json_and_text(tmp_path):
     if os.path.exists("/sys/kernel/mm/transparent_hugepage/shmem_enabled"):
         text = open("/sys/kernel/mm/transparent_hugepage/shmem_enabled").read()
         assert f"[{shmem}]" in text
+    kind = info["native"]["segments"]
+    assert kind in ("memfd", "tmpfs", "shm_open"), kind
+    if kind == "tmpfs":                 # the private huge tmpfs stands in for the setting
+        assert info["huge_pages"]["pool_memory_gets_them"] is True
     t = pooltensor("info", env=e)
     assert t.returncode == 0 and t.stderr == ""
     assert f"kernels          {_native.kernels_isa()}" in t.stdout
+    assert f"segments {kind}," in t.stdout
+    assert ("from a private tmpfs" in t.stdout) == (kind == "tmpfs")
     assert f"chmod 600 {secret}" in t.stdout          # the fix for a readable secret
     secret.chmod(0o600)
     assert "chmod" not in pooltensor("info", env=e).stdout

@@ -833,9 +833,21 @@ static PyObject *mod_set_spin(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_segment_kind(PyObject *m, PyObject *unused)
+{
+    const char *kind;
+    Py_BEGIN_ALLOW_THREADS
+    kind = pt_segment_kind();        /* the first call may make the tmpfs */
+    Py_END_ALLOW_THREADS
+    return PyUnicode_FromString(kind);
+}
+
 static PyMethodDef module_methods[] = {
     {"set_spin", mod_set_spin, METH_VARARGS,
      "set_spin(microseconds): how long waits poll before they sleep."},
+    {"segment_kind", mod_segment_kind, METH_NOARGS,
+     "segment_kind() -> 'memfd', 'tmpfs' (2 MiB pages where shared memory gets none "
+     "otherwise) or 'shm_open': what this process's segments are made of."},
     {"hmac_sha256", pt_py_hmac_sha256, METH_VARARGS,
      "hmac_sha256(key, message) -> 32 bytes (the tcp transport's own HMAC)."},
     {"sha256", pt_py_sha256, METH_VARARGS, "sha256(message) -> 32 bytes."},

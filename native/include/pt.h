@@ -57,6 +57,9 @@ void pt_segment_destroy(pt_segment_t *seg);
 void *pt_segment_base(const pt_segment_t *seg);
 size_t pt_segment_len(const pt_segment_t *seg);
 int pt_segment_fd(const pt_segment_t *seg);
+/* What this process's segments are made of: "memfd", "tmpfs" (a private tmpfs with 2 MiB
+ * pages, where shared memory gets none otherwise; $POOLTENSOR_SEGMENTS) or "shm_open". */
+const char *pt_segment_kind(void);
 
 /* ---- the endpoint: this process's control block, registrations, peers, progress ---- */
 

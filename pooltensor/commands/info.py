@@ -56,18 +56,20 @@ def gather():
     from collectives import _native
     from collectives.native import native_info
     shmem = _thp("shmem_enabled")
+    nat = native_info()
+    kind = nat["segments"]
     return {
         "version": importlib.metadata.version("pooltensor"),
         "python": platform.python_version(), "numpy": numpy.__version__,
         "system": f"{platform.system()} {platform.release()} {platform.machine()}",
         "cpus": os.cpu_count(),
-        "native": native_info(),
+        "native": nat,
         "kernels": _native.kernels_isa(),
         "transports": _native.transports(),
         "counters": _native.stats_enable(),
         "huge_pages": {"enabled": _thp("enabled"), "shmem_enabled": shmem,
-                       "pool_memory_gets_them": shmem in ("advise", "always", "force")
-                       if shmem else None},
+                       "pool_memory_gets_them": (shmem in ("advise", "always", "force")
+                                                 or kind == "tmpfs") if shmem else None},
         "secret_file": _secret(),
         "environment": {k: v for k, v in sorted(os.environ.items())
                         if k.startswith("POOLTENSOR_")},
@@ -90,9 +92,12 @@ def text(info):
         lines.append("huge pages       no transparent huge pages on this system")
     else:
         lines.append(f"huge pages       enabled={hp['enabled']}, shmem_enabled="
-                     f"{hp['shmem_enabled']}" + ("" if hp["pool_memory_gets_them"] else
-                                                 "  (pool memory gets 4 KiB pages; as root: "
-                                                 f"echo advise > {THP}/shmem_enabled)"))
+                     f"{hp['shmem_enabled']}" +
+                     ("  (pool memory gets them from a private tmpfs)"
+                      if n.get("segments") == "tmpfs" else
+                      "" if hp["pool_memory_gets_them"] else
+                      "  (pool memory gets 4 KiB pages; as root: "
+                      f"echo advise > {THP}/shmem_enabled)"))
     if not sf["exists"]:
         lines.append(f"secret file      {sf['path']} ({sf['source']}): not there yet "
                      "(pooltensor serve makes it, mode 0600)")

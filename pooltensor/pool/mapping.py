@@ -17,13 +17,17 @@ another process goes through Window.get/put and the slab cache, as it does acros
 A member of a plain script follows the script's choice (member 0's), so that with
 attach=False the members stand in for other machines too.
 
-Huge pages. Pool memory is shared memory; with shmem transparent huge pages off, every 4 KiB
-page is a fault of its own and a stream over pool memory runs well below numpy's speed.
-check_huge_pages() says so once per process, with what to set.
+Huge pages. Pool memory is shared memory; with shmem transparent huge pages off, a memfd gets
+4 KiB pages, every one a fault of its own, and a stream over pool memory runs well below
+numpy's speed. The native layer then makes segments in a private tmpfs mounted with huge
+pages instead (collectives.native.segment_kind() == 'tmpfs'); where it cannot (user
+namespaces off), check_huge_pages() says so once per process, with what to set.
 """
 import os
 import sys
 import warnings
+
+from collectives.native import segment_kind
 
 from ..cache import populate
 from ..errors import HugePageWarning
@@ -83,9 +87,10 @@ def thp_setting(path=THP_SHMEM):
     return text.strip() or None
 
 
-def check_huge_pages(path=THP_SHMEM):
-    """Warn (HugePageWarning, once per process) when shmem transparent huge pages are off.
-    Returns whether it warned now."""
+def check_huge_pages(path=THP_SHMEM, kind=None):
+    """Warn (HugePageWarning, once per process) when shmem transparent huge pages are off and
+    this process's segments are not in the huge tmpfs either (kind: what they are made of,
+    default collectives.native.segment_kind()). Returns whether it warned now."""
     if _warned[0] or not sys.platform.startswith("linux"):
         return False
     if os.environ.get("POOLTENSOR_THP_WARNING", "1") in ("", "0"):
@@ -93,11 +98,16 @@ def check_huge_pages(path=THP_SHMEM):
     value = thp_setting(path)
     if value is None or value in THP_ON:
         return False
+    if (kind or segment_kind()) == "tmpfs":
+        return False
     _warned[0] = True
+    why = ("$POOLTENSOR_SEGMENTS=memfd keeps pool memory out of a private tmpfs with huge pages"
+           if os.environ.get("POOLTENSOR_SEGMENTS") == "memfd" else
+           "nor could a private tmpfs with huge pages be mounted (user namespaces off?)")
     warnings.warn(
         f"shared memory gets no transparent huge pages on this machine ({path} is "
-        f"'{value}'): pool memory is backed 4 KiB at a time, which makes first touches and "
-        f"streams slower. This is only a speed matter; to fix it (as root): "
+        f"'{value}'), and {why}: pool memory is backed 4 KiB at a time, which makes first "
+        f"touches and streams slower. This is only a speed matter; to fix it (as root): "
         f"echo advise > {path}  (POOLTENSOR_THP_WARNING=0 silences this)",
         HugePageWarning, stacklevel=3)
     return True

@@ -12,9 +12,15 @@ win = world.expose(1 << 16)
 victim = world.size - 1
 world.barrier()
 if collectives._native.PLATFORM == "linux":
-    # segments are memfds: they have no name in /dev/shm and vanish with their last process
+    # segments are memfds or nameless files of a private tmpfs: they have no name in
+    # /dev/shm and vanish with their last process
+    kind = collectives._native.segment_kind()
     with open("/proc/self/maps") as f:
-        assert "memfd:pooltensor" in f.read(), "window memory is not a memfd segment"
+        maps = f.read()
+    if kind == "memfd":
+        assert "memfd:pooltensor" in maps, "window memory is not a memfd segment"
+    else:
+        assert kind == "tmpfs" and " (deleted)" in maps, f"window memory: {kind}"
 else:
     # posix: shm_open names, gone once every same-host peer mapped them: left is the window
     # no peer has touched yet (the survivors reap the victim's once they see it dead); with

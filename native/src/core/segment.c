@@ -38,3 +38,4 @@ void pt_segment_destroy(pt_segment_t *seg)
 void *pt_segment_base(const pt_segment_t *seg) { return seg->plat.base; }
 size_t pt_segment_len(const pt_segment_t *seg) { return seg->plat.len; }
 int pt_segment_fd(const pt_segment_t *seg) { return seg->plat.handle; }
+const char *pt_segment_kind(void) { return pt_plat_segment_kind(); }

@@ -1,8 +1,9 @@
 /* The Linux profile of platform.h.
  *
- * Segments: page-aligned anonymous shared memory (memfd). A memfd has no name in /dev/shm, so
- * nothing outlives the processes that hold it, even after SIGKILL. Same-host peers map it
- * through /proc/<pid>/fd/<fd>.
+ * Segments: page-aligned anonymous shared memory: a memfd, or, where shmem transparent huge
+ * pages are off, a nameless file of a private tmpfs mounted huge=within_size (below). Either
+ * has no name anywhere, so nothing outlives the processes that hold it, even after SIGKILL.
+ * Same-host peers map it through /proc/<pid>/fd/<fd>.
  * Wait and wake: futexes, process-private unless the word is shared. Wake-up descriptors:
  * eventfds. Peer death: pidfds (kill(pid, 0) where pidfd_open is missing). A peer's private
  * memory: cross-memory attach (process_vm_readv/writev). Random bytes: getrandom. */
@@ -17,8 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -28,12 +33,182 @@
 
 /* ---- segments ---- */
 
-/* Segments are memfds, mapped by pt__plat_map_shared (map.c). */
+/* Segments are memfds or files of the huge tmpfs, mapped by pt__plat_map_shared (map.c).
+ *
+ * Why a tmpfs of our own: with /sys/kernel/mm/transparent_hugepage/shmem_enabled at "never"
+ * a memfd gets 4 KiB pages whatever we advise, and a stream over pool memory pays a fault (and
+ * a TLB miss) per 4 KiB where numpy's anonymous memory gets 2 MiB pages. A tmpfs mounted with
+ * huge=within_size gets 2 MiB pages whatever that setting says (only "deny" and "force"
+ * override a mount's choice), and an unprivileged process may mount a tmpfs inside a user and
+ * mount namespace of its own. So once per process a helper is cloned into new user and mount
+ * namespaces; it maps our ids, makes the tmpfs (fsmount: a mount attached nowhere; on kernels
+ * before 5.2 mounted over a directory of its own namespace) and opens its root O_PATH, then
+ * exits. It shares our memory and descriptor table (CLONE_VM | CLONE_FILES: the descriptor is
+ * simply there for us, and no page of ours is made copy-on-write as a fork would) while we
+ * wait for it (CLONE_VFORK); no fork handlers run, every signal is blocked, and it makes
+ * system calls only (async-signal-safe: we may have threads), from strings we prepared. The
+ * mount lives while that descriptor is held (until this process exits; the namespaces die
+ * with the helper), and files made in it with O_TMPFILE never have a name. Its size is the
+ * machine's memory (a memfd has no limit either); pages are charged to whoever touches them,
+ * as a memfd's are.
+ *
+ * $POOLTENSOR_SEGMENTS: "memfd" never tries the tmpfs, "tmpfs" tries it whatever the setting,
+ * otherwise (auto) it is tried when shmem_enabled is "never". Where it cannot be had (user
+ * namespaces off, seccomp, an old kernel) segments are memfds, silently. */
+
+static int huge_dir = -1;            /* O_PATH root of the huge tmpfs, or -1: memfds */
+static pthread_once_t huge_once = PTHREAD_ONCE_INIT;
+
+struct huge_child {
+    char uid_map[48], gid_map[48], size[24], opts[96];
+    volatile int dir;                /* the helper's answer: the root, or -1 */
+    volatile int step;               /* where it stopped (0: done), for a debugger */
+};
+
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+#ifndef SYS_fsopen                  /* the new mount API (Linux 5.2): the same number everywhere */
+#define SYS_fsopen 430
+#define SYS_fsconfig 431
+#define SYS_fsmount 432
+#endif
+
+/* The tmpfs as a mount attached nowhere (fsopen, fsmount): its root, O_PATH, or -1. */
+static int huge_fsmount(const struct huge_child *c)
+{
+    int fs = (int)syscall(SYS_fsopen, "tmpfs", 1 /* FSOPEN_CLOEXEC */);
+    if (fs < 0)
+        return -1;
+    static const char *const keys[] = {"huge", "size", "nr_inodes", "mode"};
+    const char *vals[] = {"within_size", c->size, "0", "0700"};
+    int dir = -1;
+    for (int i = 0; i < 4; i++)
+        if (syscall(SYS_fsconfig, fs, 1 /* FSCONFIG_SET_STRING */, keys[i], vals[i], 0) != 0)
+            goto out;
+    if (syscall(SYS_fsconfig, fs, 6 /* FSCONFIG_CMD_CREATE */, NULL, NULL, 0) != 0)
+        goto out;
+    /* FSMOUNT_CLOEXEC; MOUNT_ATTR_NOSUID | NODEV | NOEXEC */
+    dir = (int)syscall(SYS_fsmount, fs, 1, 0x2 | 0x4 | 0x8);
+out:
+    close(fs);
+    return dir;
+}
+
+/* Before the new mount API: mounted on a directory of the helper's namespace (its own copy of
+ * the tree, so nothing outside sees it); its root, O_PATH, or -1. Not "/": a process's root
+ * is not covered by what is mounted over it. */
+static int huge_mount(const struct huge_child *c)
+{
+    static const char *const dirs[] = {"/tmp", "/dev/shm", "/mnt", "/var/tmp"};
+    for (int i = 0; i < 4; i++) {
+        struct stat before, after;
+        if (stat(dirs[i], &before) != 0 || !S_ISDIR(before.st_mode) ||
+            mount("pooltensor", dirs[i], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  c->opts) != 0)
+            continue;
+        int dir = open(dirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir >= 0 && fstat(dir, &after) == 0 && after.st_dev != before.st_dev)
+            return dir;
+        if (dir >= 0)
+            close(dir);
+    }
+    return -1;
+}
+
+/* The helper, born in its new namespaces: system calls only. */
+static int huge_child_main(void *arg)
+{
+    struct huge_child *c = arg;
+    c->step = 1;
+    if (write_file("/proc/self/setgroups", "deny") != 0 ||
+        write_file("/proc/self/uid_map", c->uid_map) != 0 ||
+        write_file("/proc/self/gid_map", c->gid_map) != 0)
+        _exit(1);
+    c->step = 2;
+    int dir = huge_fsmount(c);
+    if (dir < 0)
+        dir = huge_mount(c);
+    if (dir < 0)
+        _exit(2);
+    c->dir = dir;
+    c->step = 0;
+    _exit(0);
+}
+
+/* Whether auto mode wants the tmpfs: shmem_enabled says "[never]". */
+static int shmem_thp_off(void)
+{
+    char buf[128] = {0};
+    int fd = open("/sys/kernel/mm/transparent_hugepage/shmem_enabled", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    return n > 0 && strstr(buf, "[never]") != NULL;
+}
+
+static _Alignas(16) char huge_stack[64 << 10];   /* the helper's, only while we wait */
+
+static void huge_open(void)
+{
+    const char *want = getenv("POOLTENSOR_SEGMENTS");
+    if (want && strcmp(want, "memfd") == 0)
+        return;
+    if (!(want && strcmp(want, "tmpfs") == 0) && !shmem_thp_off())
+        return;
+    static struct huge_child c;
+    c.dir = -1;
+    c.step = -1;
+    snprintf(c.uid_map, sizeof(c.uid_map), "%u %u 1\n", (unsigned)geteuid(), (unsigned)geteuid());
+    snprintf(c.gid_map, sizeof(c.gid_map), "%u %u 1\n", (unsigned)getegid(), (unsigned)getegid());
+    unsigned long long mem = (unsigned long long)sysconf(_SC_PHYS_PAGES) *
+                             (unsigned long long)sysconf(_SC_PAGESIZE);
+    snprintf(c.size, sizeof(c.size), "%llu", mem);
+    snprintf(c.opts, sizeof(c.opts), "huge=within_size,size=%llu,nr_inodes=0,mode=0700", mem);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* exit signal 0: no SIGCHLD, and only a wait with __WALL or __WCLONE can reap it, so
+     * nobody else's waitpid(-1) takes it from us; CLONE_VFORK: back here once it has gone */
+    pid_t pid = clone(huge_child_main, huge_stack + sizeof(huge_stack),
+                      CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWUSER | CLONE_NEWNS, &c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid > 0)
+        while (waitpid(pid, NULL, __WCLONE) < 0 && errno == EINTR)
+            ;
+    huge_dir = pid > 0 ? c.dir : -1;
+}
+
+const char *pt_plat_segment_kind(void)
+{
+    pthread_once(&huge_once, huge_open);
+    return huge_dir >= 0 ? "tmpfs" : "memfd";
+}
+
+/* A nameless file of the huge tmpfs, or a memfd. */
+static int segment_fd(void)
+{
+    pthread_once(&huge_once, huge_open);
+    if (huge_dir >= 0) {
+        int fd = openat(huge_dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            return fd;
+    }
+    return memfd_create("pooltensor", MFD_CLOEXEC);
+}
 
 pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out)
 {
     pt_status_t st;
-    int fd = memfd_create("pooltensor", MFD_CLOEXEC);
+    int fd = segment_fd();
     if (fd < 0)
         return pt__sys();
     if (ftruncate(fd, (off_t)len) != 0) {

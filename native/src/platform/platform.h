@@ -24,8 +24,8 @@ pt_status_t pt__sys(void);
 /* ---- shareable segments ---- */
 
 /* Shared memory that a same-host peer maps knowing only our pid and the handle. Linux: a
- * memfd (no name in /dev/shm, so nothing outlives the processes that hold it, even after
- * SIGKILL), which peers open through /proc/<pid>/fd/<handle>. */
+ * memfd or a nameless file of a huge-page tmpfs (no name in /dev/shm, so nothing outlives the
+ * processes that hold it, even after SIGKILL), which peers open through /proc/<pid>/fd/<handle>. */
 typedef struct {
     void *base;
     size_t len;
@@ -36,6 +36,10 @@ typedef struct {
  * advised for transparent huge pages. */
 pt_status_t pt_plat_segment_create(size_t len, pt_plat_segment_t *out);
 void pt_plat_segment_destroy(pt_plat_segment_t *seg);
+/* What segments are made of in this process: "memfd" or "tmpfs" (Linux: a private tmpfs
+ * mounted huge=within_size, where shmem huge pages are off), "shm_open" (posix). Decided
+ * once, at the first segment or the first call. */
+const char *pt_plat_segment_kind(void);
 /* Map len bytes of segment `handle` of process pid, placed as pt_plat_segment_create places
  * ours. write: read-write or fail; else read-write where the system lets us, read-only
  * otherwise (*writable_out, may be NULL, says which). PT_ERR_PEER_LOST when the process or

@@ -85,6 +85,8 @@ err_close:
     return st;
 }
 
+const char *pt_plat_segment_kind(void) { return "shm_open"; }
+
 void pt_plat_segment_destroy(pt_plat_segment_t *seg)
 {
     char name[64];
