@@ -50,6 +50,11 @@ int pt_py_u64(PyObject *obj, void *out);
 
 int pt_py_add_kernels(PyObject *module);
 
+/* segment_py.c: the Segment type, what segments are made of */
+extern PyTypeObject pt_py_SegmentType;
+pt_segment_t *pt_py_segment(PyObject *segment);   /* segment: a pt_py_SegmentType object */
+PyObject *pt_py_segment_kind(PyObject *m, PyObject *unused);
+
 /* tcp_py.c: Context methods for the tcp transport, and module functions */
 PyObject *pt_py_set_secret(ContextObject *self, PyObject *args);
 PyObject *pt_py_set_timeout(ContextObject *self, PyObject *args);

@@ -35,99 +35,6 @@ PyObject *pt_py_raise(pt_status_t st, int who)
     return NULL;
 }
 
-/* ---------------- Segment ---------------- */
-
-typedef struct {
-    PyObject_HEAD
-    pt_segment_t *seg;
-    Py_ssize_t exports;
-} SegmentObject;
-
-static int Segment_init(SegmentObject *self, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"nbytes", NULL};
-    Py_ssize_t n;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "n", kwlist, &n))
-        return -1;
-    if (n <= 0) {
-        PyErr_SetString(PyExc_ValueError, "segment size must be positive");
-        return -1;
-    }
-    if (self->seg) {
-        PyErr_SetString(PyExc_RuntimeError, "segment already created");
-        return -1;
-    }
-    pt_status_t st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pt_segment_create((size_t)n, &self->seg);
-    Py_END_ALLOW_THREADS
-    if (st != PT_OK) {
-        if (st == PT_ERR_NOMEM)
-            PyErr_NoMemory();
-        else
-            raise_status(st);
-        return -1;
-    }
-    return 0;
-}
-
-static void Segment_dealloc(SegmentObject *self)
-{
-    pt_segment_destroy(self->seg);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int Segment_getbuffer(SegmentObject *self, Py_buffer *view, int flags)
-{
-    if (!self->seg) {
-        PyErr_SetString(PyExc_ValueError, "segment not created");
-        return -1;
-    }
-    int rc = PyBuffer_FillInfo(view, (PyObject *)self, pt_segment_base(self->seg),
-                               (Py_ssize_t)pt_segment_len(self->seg), 0, flags);
-    if (rc == 0)
-        self->exports++;
-    return rc;
-}
-
-static void Segment_releasebuffer(SegmentObject *self, Py_buffer *view) { self->exports--; }
-
-static PyObject *Segment_get_nbytes(SegmentObject *self, void *c)
-{
-    return PyLong_FromSize_t(self->seg ? pt_segment_len(self->seg) : 0);
-}
-
-static PyObject *Segment_get_address(SegmentObject *self, void *c)
-{
-    return PyLong_FromVoidPtr(self->seg ? pt_segment_base(self->seg) : NULL);
-}
-
-static PyObject *Segment_get_fd(SegmentObject *self, void *c)
-{
-    return PyLong_FromLong(self->seg ? pt_segment_fd(self->seg) : -1);
-}
-
-static PyGetSetDef Segment_getset[] = {
-    {"nbytes", (getter)Segment_get_nbytes, NULL, "size in bytes (whole pages)", NULL},
-    {"address", (getter)Segment_get_address, NULL, "base address in this process", NULL},
-    {"fd", (getter)Segment_get_fd, NULL, "memfd through which same-host peers map it", NULL},
-    {NULL}};
-
-static PyBufferProcs Segment_as_buffer = {(getbufferproc)Segment_getbuffer,
-                                          (releasebufferproc)Segment_releasebuffer};
-
-static PyTypeObject SegmentType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "collectives._native.Segment",
-    .tp_basicsize = sizeof(SegmentObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Segment(nbytes): page-aligned shared memory that same-host peers can map.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Segment_init,
-    .tp_dealloc = (destructor)Segment_dealloc,
-    .tp_as_buffer = &Segment_as_buffer,
-    .tp_getset = Segment_getset,
-};
-
 /* ---------------- Request ---------------- */
 
 typedef struct {
@@ -380,24 +287,25 @@ static PyObject *Context_barrier(ContextObject *self, PyObject *args)
 
 static PyObject *Context_add_segment(ContextObject *self, PyObject *args)
 {
-    SegmentObject *seg;
-    if (!PyArg_ParseTuple(args, "O!", &SegmentType, &seg))
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "O!", &pt_py_SegmentType, &obj))
         return NULL;
     CTX(self);
-    pt_status_t st = pt_ctx_add_segment(self->ctx, seg->seg);
+    pt_status_t st = pt_ctx_add_segment(self->ctx, pt_py_segment(obj));
     return pt_py_none_or_raise(st, -1);
 }
 
 static PyObject *Context_remove_segment(ContextObject *self, PyObject *args)
 {
-    SegmentObject *seg;
-    if (!PyArg_ParseTuple(args, "O!", &SegmentType, &seg))
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "O!", &pt_py_SegmentType, &obj))
         return NULL;
     CTX(self);
     pt_status_t st;
+    pt_segment_t *seg = pt_py_segment(obj);
     /* waits for tcp requests still being served from the segment: without the GIL */
     Py_BEGIN_ALLOW_THREADS
-    st = pt_ctx_remove_segment(self->ctx, seg->seg);
+    st = pt_ctx_remove_segment(self->ctx, seg);
     Py_END_ALLOW_THREADS
     return pt_py_none_or_raise(st, -1);
 }
@@ -833,19 +741,10 @@ static PyObject *mod_set_spin(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_segment_kind(PyObject *m, PyObject *unused)
-{
-    const char *kind;
-    Py_BEGIN_ALLOW_THREADS
-    kind = pt_segment_kind();        /* the first call may make the tmpfs */
-    Py_END_ALLOW_THREADS
-    return PyUnicode_FromString(kind);
-}
-
 static PyMethodDef module_methods[] = {
     {"set_spin", mod_set_spin, METH_VARARGS,
      "set_spin(microseconds): how long waits poll before they sleep."},
-    {"segment_kind", mod_segment_kind, METH_NOARGS,
+    {"segment_kind", pt_py_segment_kind, METH_NOARGS,
      "segment_kind() -> 'memfd', 'tmpfs' (2 MiB pages where shared memory gets none "
      "otherwise) or 'shm_open': what this process's segments are made of."},
     {"hmac_sha256", pt_py_hmac_sha256, METH_VARARGS,
@@ -864,7 +763,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
-    if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&RequestType) < 0 ||
+    if (PyType_Ready(&pt_py_SegmentType) < 0 || PyType_Ready(&RequestType) < 0 ||
         PyType_Ready(&ContextType) < 0 ||
         PyType_Ready(&AttachmentType) < 0)
         return NULL;
@@ -875,7 +774,7 @@ PyMODINIT_FUNC PyInit__native(void)
                                       "A native status: args are (status, errno, text).", NULL,
                                       NULL);
     if (!Error || PyModule_AddObjectRef(m, "Error", Error) < 0 ||
-        PyModule_AddObjectRef(m, "Segment", (PyObject *)&SegmentType) < 0 ||
+        PyModule_AddObjectRef(m, "Segment", (PyObject *)&pt_py_SegmentType) < 0 ||
         PyModule_AddObjectRef(m, "Request", (PyObject *)&RequestType) < 0 ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) < 0 ||
         PyModule_AddStringConstant(m, "PLATFORM", pt_platform()) < 0 ||
