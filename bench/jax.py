@@ -1,6 +1,7 @@
 """Collectives inside jax.jit: collectives.jax against mpi4jax, our eager path and mpi4py.
 
     mpiexec -n 2 python bench/jax.py [--quick] [--out DIR] [--repeats N] [--target-ms MS]
+                                     [--min-bytes N]
 
 float32 sum allreduce and allgather, 8 B .. 64 MiB (8 B times powers of 4, plus 1 MiB and
 64 MiB; --quick stops at 4 MiB). Contenders, each one call at a time:
@@ -93,6 +94,7 @@ def parse():
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
     p.add_argument("--repeats", type=int, default=7, help="rounds of batches per size")
     p.add_argument("--target-ms", type=float, default=60.0, help="time of one batch")
+    p.add_argument("--min-bytes", type=int, default=0, help="skip sizes under this")
     p.add_argument("--verbose", action="store_true", help="progress on stderr")
     return p.parse_args()
 
@@ -231,7 +233,7 @@ def main():
     load0 = load()
     rows = {kind: [] for kind in KINDS}
     for kind in KINDS:
-        for nbytes in size_list(args.quick):
+        for nbytes in [s for s in size_list(args.quick) if s >= args.min_bytes]:
             b = Bench(kind, nbytes, comm, mpi4jax)
             cold = b.check_and_cold()
             warm, per, path = b.timed(args.repeats, args.target_ms / 1e3)
