@@ -176,6 +176,11 @@ def median_ratio(xs, ys):
     return statistics.median(x / y for x, y in zip(xs, ys))
 
 
+def median_diff(xs, ys):
+    """Median over repeats of x - y, pairing the repeats as median_ratio does."""
+    return statistics.median(x - y for x, y in zip(xs, ys))
+
+
 def geomean(values):
     values = list(values)
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

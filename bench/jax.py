@@ -1,6 +1,7 @@
 """Collectives inside jax.jit: collectives.jax against mpi4jax, our eager path and mpi4py.
 
     mpiexec -n 2 python bench/jax.py [--quick] [--out DIR] [--repeats N] [--target-ms MS]
+                                     [--min-bytes N]
 
 float32 sum allreduce and allgather, 8 B .. 64 MiB (8 B times powers of 4, plus 1 MiB and
 64 MiB; --quick stops at 4 MiB). Contenders, each one call at a time:
@@ -17,7 +18,16 @@ float32 sum allreduce and allgather, 8 B .. 64 MiB (8 B times powers of 4, plus 
   mpi4py    Comm.Allreduce / Comm.Allgather on the same numpy arrays
 
 Every jitted call runs one compiled program, so its time includes JAX's dispatch; the
-difference jit - eager is what running inside jit costs over our eager path. Sizes follow
+difference jit - eager is what running inside jit costs over our eager path. A program with
+an ordered effect (ours and mpi4jax's alike) is dispatched by JAX in Python, which costs far
+more than the collective at small sizes, so "jit x16" (time / 16) still carries a sixteenth of
+it. The column "in program" takes it out: per round, (16 * t(jit x16) - t(jit)) / 15, the
+cost of one more collective inside a compiled program; "in-prog - eager" is what the handler
+and XLA's custom call add over the eager path (aim <= 10 us).
+
+Which path each call took: collectives.jax.stats() is read before and after each size's timed
+rounds; "path" says "native" when every call finished in the C handler, else how many
+went through Python. Sizes follow
 nccl-tests (allreduce: bytes of x; allgather: bytes of the gathered result). For each size:
 the programs are compiled; each contender's first call is timed alone ("cold": fresh output
 memory, whose first touch is costly on this VM); then, after a warmup, the call count is
@@ -33,6 +43,18 @@ the ratios jit/mpi4jax (latency: < 1 is better; busbw: > 1 is better), jit - eag
 jit x16 - eager (us),
 and writes DIR/jax-n<N>[-quick].{json,txt,png} (bench/common.py). The load average at start
 and end is printed: the figures mean little on a machine other jobs are using.
+
+Large messages: XLA allocates a program's output (and temporary) buffers afresh at each run,
+so one big collective per program pays the first touch of fresh memory every call (64 MiB,
+one rank: 140 ms a call against 35 ms with the setting below, here), and so does mpi4jax.
+glibc serves allocations over its mmap threshold (adjusted up to 32 MiB by default) from
+fresh mappings and returns freed heap memory over its trim threshold to the system; raising
+both keeps XLA's buffers in the heap, warm:
+
+    mpiexec -n 2 env MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=1073741824 \
+        python bench/jax.py
+
+The setting is printed with the figures and written to the JSON.
 """
 import argparse
 import os
@@ -72,6 +94,7 @@ def parse():
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
     p.add_argument("--repeats", type=int, default=7, help="rounds of batches per size")
     p.add_argument("--target-ms", type=float, default=60.0, help="time of one batch")
+    p.add_argument("--min-bytes", type=int, default=0, help="skip sizes under this")
     p.add_argument("--verbose", action="store_true", help="progress on stderr")
     return p.parse_args()
 
@@ -87,6 +110,14 @@ def load():
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def malloc_setting():
+    """glibc's thresholds as set in the environment: with the defaults, every XLA buffer over
+    32 MiB is a fresh mapping, and one collective per program pays its first touch each call."""
+    keys = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    got = [f"{k}={os.environ[k]}" for k in keys if k in os.environ]
+    return " ".join(got) or "glibc defaults"
 
 
 class Bench:
@@ -166,6 +197,7 @@ class Bench:
             one = comm.allreduce(max(time.perf_counter() - t, 1e-7) / 3, MPI.MAX)
             calls[name] = int(min(max(3, target_s / one), 20000))
         per = {name: [] for name in self.ops}
+        before = cj.stats()
         for r in range(repeats):
             for name, op in common.rotated(self.ops.items(), r):
                 n = calls[name]
@@ -175,7 +207,11 @@ class Bench:
                     op()
                 el = comm.allreduce(time.perf_counter() - t, MPI.MAX)
                 per[name].append(el / n / (IN_PROGRAM if name == "jit x16" else 1))
-        return {name: statistics.median(v) for name, v in per.items()}, per
+        after = cj.stats()
+        per["in program"] = [(IN_PROGRAM * m - o) / (IN_PROGRAM - 1)
+                             for m, o in zip(per["jit x16"], per["jit"])]
+        path = {"fast": after["fast"] - before["fast"], "slow": after["slow"] - before["slow"]}
+        return {name: statistics.median(v) for name, v in per.items()}, per, path
 
 
 def _first(res):
@@ -197,12 +233,13 @@ def main():
     load0 = load()
     rows = {kind: [] for kind in KINDS}
     for kind in KINDS:
-        for nbytes in size_list(args.quick):
+        for nbytes in [s for s in size_list(args.quick) if s >= args.min_bytes]:
             b = Bench(kind, nbytes, comm, mpi4jax)
             cold = b.check_and_cold()
-            warm, per = b.timed(args.repeats, args.target_ms / 1e3)
+            warm, per, path = b.timed(args.repeats, args.target_ms / 1e3)
             busf = 2 * (n - 1) / n if kind == "allreduce" else (n - 1) / n
             row = {"bytes": b.nbytes, "cold_s": cold, "per_call_s": warm, "repeats_s": per,
+                   "path": path,
                    "busbw_gbps": {k: b.nbytes / v * busf / 1e9 if n > 1 else float("nan")
                                   for k, v in warm.items()}}
             rows[kind].append(row)
@@ -220,11 +257,12 @@ def report(args, rows, n, have_mpi4jax, load0, load1):
     names = ["jit", "jit x16", "mpi4jax", "eager", "mpi4py"] if have_mpi4jax else \
         ["jit", "jit x16", "eager", "mpi4py"]
     lines = [f"collectives inside jax.jit, float32 sum, {n} ranks, one host; load average "
-             f"{load0:.2f} at start, {load1:.2f} at end"]
+             f"{load0:.2f} at start, {load1:.2f} at end; malloc: {malloc_setting()}"]
     for kind in KINDS:
         head = ["size"] + [f"{k} us" for k in names] + [f"{k} busbw GB/s" for k in names]
         head += (["jit/mpi4jax lat", "jit/mpi4jax busbw"] if have_mpi4jax else []) + \
-            ["jit-eager us", "x16-eager us", "jit cold us"]
+            ["jit-eager us", "x16-eager us", "in program us", "in-prog - eager us",
+             "jit cold us", "path"]
         table = []
         for row in rows[kind]:
             w, bw = row["per_call_s"], row["busbw_gbps"]
@@ -235,7 +273,10 @@ def report(args, rows, n, have_mpi4jax, load0, load1):
                          f"{common.median_ratio(row['repeats_s']['mpi4jax'], row['repeats_s']['jit']):.2f}"]
             line += [f"{(w['jit'] - w['eager']) * 1e6:.1f}",
                      f"{(w['jit x16'] - w['eager']) * 1e6:.1f}",
-                     f"{row['cold_s']['jit'] * 1e6:.0f}"]
+                     f"{w['in program'] * 1e6:.1f}",
+                     f"{common.median_diff(row['repeats_s']['in program'], row['repeats_s']['eager']) * 1e6:.1f}",
+                     f"{row['cold_s']['jit'] * 1e6:.0f}",
+                     "native" if not row["path"]["slow"] else f"python {row['path']['slow']}"]
             table.append(line)
         lines += ["", kind, common.format_table(head, table)]
     text = "\n".join(lines)
@@ -245,16 +286,18 @@ def report(args, rows, n, have_mpi4jax, load0, load1):
     with open(base + ".txt", "w") as f:
         f.write(text + "\n")
     common.write_json(base + ".json", {"machine": common.machine_info(ranks=n),
-                                       "load": [load0, load1], "results": rows})
+                                       "load": [load0, load1], "malloc": malloc_setting(),
+                                       "results": rows})
     panels = []
     for kind in KINDS:
         xs = [r["bytes"] for r in rows[kind]]
         panels.append((f"{kind}: per-call time", "us",
                        {LABEL[k]: (xs, [r["per_call_s"][k] * 1e6 for r in rows[kind]])
                         for k in names}))
-        panels.append((f"{kind}: busbw", "GB/s",
-                       {LABEL[k]: (xs, [r["busbw_gbps"][k] for r in rows[kind]])
-                        for k in names}))
+        if n > 1:          # one rank moves no bytes between ranks: no busbw
+            panels.append((f"{kind}: busbw", "GB/s",
+                           {LABEL[k]: (xs, [r["busbw_gbps"][k] for r in rows[kind]])
+                            for k in names}))
     common.plot_lines(base + ".png", f"collectives inside jax.jit, {n} ranks", panels)
     print(f"wrote {base}.json, .txt and .png", flush=True)
 
