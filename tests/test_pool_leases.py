@@ -149,3 +149,35 @@ def test_serve_lease_flag_makes_clients_lend_in_leases(tmp_path):
     finally:
         pt.finalize()
         s.stop()
+
+
+def test_server_refuses_pages_past_the_lease(server):
+    """The server serves a client only what it lends: a put or get past it is refused
+    (RemoteAccessError, nothing written), inside it works, and lending more opens it."""
+    from collectives import remote
+    from collectives.errors import RemoteAccessError
+    s, secret = server
+    pt.finalize()
+    w = remote.connect([s.address], secret_file=secret, memory=16 * MiB, lend=4 * MiB)
+    try:
+        win = w.expose(16 * MiB, "rw")
+        data = np.arange(MiB // 8, dtype=np.float64)
+        win.put(1, 3 * MiB, data)                         # inside the lease
+        back = np.empty_like(data)
+        assert np.array_equal(win.get(1, 3 * MiB, back), data)
+        base = s.rss_shmem()
+        for off in (4 * MiB, 12 * MiB, 4 * MiB - 8):      # past it, and straddling its end
+            with pytest.raises(RemoteAccessError, match="outside the registration"):
+                win.put(1, off, data)
+            with pytest.raises(RemoteAccessError, match="outside the registration"):
+                win.get(1, off, back)
+        assert s.rss_shmem() - base < MiB                 # nothing written out there
+        w.lend(1, win.buffer, 16 * MiB)                   # lent: served
+        win.put(1, 12 * MiB, data)
+        assert np.array_equal(win.get(1, 12 * MiB, np.empty_like(data)), data)
+        w.lend(1, win.buffer, 4 * MiB)                    # given back: refused again
+        with pytest.raises(RemoteAccessError, match="outside the registration"):
+            win.get(1, 12 * MiB, back)
+        win.close()
+    finally:
+        w.close()

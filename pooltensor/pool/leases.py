@@ -279,6 +279,8 @@ def server_lend(server, client, msg):
             server._used += delta
             server.ledger.take(a.partition, delta)
             a.lent = new
+    for key in a.keys:                 # the engine serves only what is lent (a put or get
+        server._ctx.limit(key, new)    # past it is refused: out of bounds)
     punched = True
     if delta < 0:
         punched = punch(np.frombuffer(memoryview(a.seg), np.uint8), new, old)
