@@ -36,14 +36,17 @@ def test_allocator_resize_keeps_the_tail_rule():
 
 
 def test_settings_are_checked():
-    assert leases.check(None, None, None, None, MiB) is None
+    assert leases.check(0, None, None, None, MiB) is None
+    assert leases.check(False, None, None, None, MiB) is None
     assert leases.check(True, None, None, None, MiB) == (128 * MiB, 0.25, 0.15, 300.0)
+    assert leases.check(None, None, None, None, MiB) == (128 * MiB, 0.25, 0.15, 300.0)
+    assert leases.check(None, None, None, None, 3 << 20)[0] == 129 * MiB   # whole slabs
     with pytest.raises(ValueError, match="multiple of the slab size"):
         leases.check("3MiB", None, None, None, 2 * MiB)
     with pytest.raises(ValueError, match="grow_below must be a fraction"):
         leases.check(True, 1.5, None, None, MiB)
-    with pytest.raises(ValueError, match="turn leases on with lease="):
-        leases.check(None, 0.3, None, None, MiB)
+    with pytest.raises(ValueError, match="lease=0 turns leases off"):
+        leases.check(0, 0.3, None, None, MiB)
 
 
 @pytest.fixture

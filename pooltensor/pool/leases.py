@@ -39,15 +39,21 @@ _libc = None
 
 def check(lease, grow_below, shrink_below, shrink_after, slab):
     """init()'s lease settings checked: (lease bytes or None, grow_below, shrink_below,
-    shrink_after). lease: True (128 MiB), bytes, or a size such as '64MiB'."""
+    shrink_after). lease: None or True (the default, 128 MiB, rounded up to a multiple of
+    the slab and the page), bytes, or a size such as '64MiB'; 0 or False: no leases (every
+    member lends all its memory up front)."""
     from .partitions import _size
-    if lease is None or lease is False:
+    if lease is False or (lease is not None and lease is not True and
+                          not isinstance(lease, str) and lease == 0):
         if any(v is not None for v in (grow_below, shrink_below, shrink_after)):
             raise ValueError("grow_below=, shrink_below= and shrink_after= are lease "
-                             "settings: turn leases on with lease=")
+                             "settings, but lease=0 turns leases off")
         return None
-    n = DEFAULT_LEASE if lease is True else _size("lease", lease)
     unit = slab * PAGE // _gcd(slab, PAGE)
+    if lease is None or lease is True:
+        n = -(-DEFAULT_LEASE // unit) * unit
+    else:
+        n = _size("lease", lease)
     if n <= 0 or n % unit:
         raise ValueError(f"lease must be a positive multiple of the slab size and the page "
                          f"size ({unit} B), not {n}")
@@ -125,31 +131,53 @@ class Leases:
         return True
 
     # -- growing (under the pool's lock, at allocation) ------------------------------------------
-    def grow_for(self, need, allowed):
-        """Lend more before placing `need` slabs on the `allowed` members: while they have too
-        little free for it, or the pool would be left with less than grow_below free, take a
-        lease from the allowed member with the most memory left to lend."""
+    def cover(self, homes):
+        """Before slabs are placed on `homes` (one member per slab): each of those members
+        lends, a lease at a time, at least what it will then use. PoolOutOfMemory when a
+        memory server will not lend more (what was lent so far stays lent)."""
         pool = self.pool
-        allowed = list(allowed)
+        need = collections.Counter(homes)
+        for m in sorted(need):
+            while pool._used[m] + need[m] > self.leased(m):
+                if not self._more(m):
+                    from ..errors import PoolOutOfMemory
+                    S = pool.slab_size
+                    raise PoolOutOfMemory(
+                        f"member {m} cannot lend {need[m] * S} more bytes: it lends "
+                        f"{self.leased(m) * S} and refused another lease",
+                        free={k: (self.leased(k) - pool._used[k]) * S
+                              for k in range(pool.size)}, needed=need[m] * S)
+
+    def headroom(self):
+        """After an allocation: while the pool has less than grow_below of what is lent free,
+        take a lease from the member with the most memory left to lend."""
+        pool = self.pool
+        tried = set()
         while True:
             lent = sum(self.leased(m) for m in range(pool.size))
-            free_all = lent - sum(pool._used)
-            free_ok = sum(self.leased(m) - pool._used[m] for m in allowed)
-            if free_ok >= need and free_all - need >= self.grow_below * lent:
+            if lent - sum(pool._used) >= self.grow_below * lent:
                 return
-            spare = [(pool.nslabs[m] - self.leased(m), -m) for m in allowed
-                     if pool.nslabs[m] > self.leased(m) and m not in pool.keeper.gone]
+            spare = [(pool.nslabs[m] - self.leased(m), -m) for m in range(pool.size)
+                     if pool.nslabs[m] > self.leased(m) and m not in pool.keeper.gone
+                     and m not in tried]
             if not spare:
-                return                         # nothing left to lend: the caller says so
-            _, neg = max(spare)
-            m = -neg
-            old = self.leased(m)
-            self._resize(m, min(pool.nslabs[m], old + self.unit))
-            if not self._lend(m):             # a server said no: it has no more for us
-                self._resize(m, old)
-                allowed.remove(m)
-                continue
-            self._event(m, "grow")
+                return                         # nothing left to lend
+            m = -max(spare)[1]
+            if not self._more(m):
+                tried.add(m)                   # a server said no: it has no more for us
+
+    def _more(self, m):
+        """Member m lends one more lease (what is left, at the end); whether it did."""
+        pool = self.pool
+        old = self.leased(m)
+        if old >= pool.nslabs[m] or m in pool.keeper.gone:
+            return False
+        self._resize(m, min(pool.nslabs[m], old + self.unit))
+        if not self._lend(m):                 # a server said no: it has no more for us
+            self._resize(m, old)
+            return False
+        self._event(m, "grow")
+        return True
 
     # -- shrinking (a thread of its own, every shrink_after / 4, at most 1 s) -------------------
     def _run(self):

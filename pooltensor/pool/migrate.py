@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from ..errors import PoolOutOfMemory
+
 DEFAULT_BUDGET = 1 << 30          # bytes/s
 DEFAULT_RATIO, DEFAULT_MIN_FAULTS = 4.0, 8
 
@@ -131,8 +133,13 @@ class Mover:
         n = alloc.slab_len(k)
         self.budget.take(n)
         with pool._lock:
-            if pool.lent(dest) - pool._used[dest] < 1 or dest in pool.keeper.gone:
+            if pool.room(dest) < 1 or dest in pool.keeper.gone:
                 return False
+            if pool.leases is not None:
+                try:
+                    pool.leases.cover([dest])     # dest lends a lease more when it is full
+                except PoolOutOfMemory:
+                    return False
             (new,), _ = pool.take(heap, [dest])
             buf = np.empty(n, np.uint8)
             if src == pool.me:
@@ -179,7 +186,7 @@ class Mover:
         policy = _placement.check(placement, pool.size)
         n = len(alloc.members)
         with pool._lock:
-            free = [pool.lent(m) - pool._used[m] for m in range(pool.size)]
+            free = [pool.room(m) for m in range(pool.size)]
             for m in alloc.members:
                 free[m] += 1                 # its own slabs count as room where they are
             homes = _placement.plan(policy, n, free, pool.me)
@@ -227,12 +234,12 @@ class Mover:
         for _ in range(sum(pool.nslabs)):
             with pool._lock:
                 pool.collect_frees()
-                frac = [pool._used[m] / max(1, pool.lent(m)) for m in range(pool.size)]
+                frac = [pool._used[m] / max(1, pool.nslabs[m]) for m in range(pool.size)]
                 hi = max(range(pool.size), key=lambda m: (frac[m], -m))
                 lo = min(range(pool.size), key=lambda m: (frac[m], m))
                 # one more slab from hi to lo would not narrow the spread
-                if frac[hi] - frac[lo] <= (1.0 / max(1, pool.lent(lo))
-                                           + 1.0 / max(1, pool.lent(hi))) / 2:
+                if frac[hi] - frac[lo] <= (1.0 / max(1, pool.nslabs[lo])
+                                           + 1.0 / max(1, pool.nslabs[hi])) / 2:
                     break
                 pick = next(((a, k) for a in list(self.live or ())
                              if a.heap != "pv" and a.copies is None
