@@ -184,3 +184,49 @@ def test_server_refuses_pages_past_the_lease(server):
         win.close()
     finally:
         w.close()
+
+
+def test_leases_are_the_default_and_lease_0_lends_everything(monkeypatch):
+    """A plain script's members lend 128 MiB at first (a smaller memory whole); stats keep
+    capacity (what a member can give) and free (capacity - used), with lent beside them; an
+    allocation placed on a member makes that member lend more, it does not spill."""
+    monkeypatch.setenv("POOLTENSOR_PREPARE", "0")
+    pt.finalize()
+    try:
+        pool = pt.init(members=2, slab_size=MiB, memory=512 * MiB, cache_bytes=4 * MiB)
+        assert pool.leases.stats()["lease"] == 128 * MiB
+        st = pool.stats()
+        assert [m["lent"] for m in st["members"]] == [128 * MiB, 128 * MiB]
+        assert [m["capacity"] for m in st["members"]] == [512 * MiB, 512 * MiB]
+        assert st["pool"]["free"] == 1024 * MiB and st["pool"]["lent"] == 256 * MiB
+        x = pt.zeros(200 * MiB // 8, placement=[1])          # all on member 1
+        assert set(x._a.members) == {1}
+        st = pool.stats()
+        m1 = st["members"][1]
+        assert m1["lent"] >= 256 * MiB and m1["free"] == 312 * MiB, m1
+        assert m1["largest_free_run"]["readwrite"] == 312 * MiB
+        assert st["members"][0]["lent"] == 128 * MiB
+        x[-1] = 5.0
+        assert float(x.sum()) == 5.0
+        pt.finalize()
+        pool = pt.init(members=2, slab_size=MiB, memory=16 * MiB, cache_bytes=4 * MiB)
+        assert pool.leases.stats()["lent"] == [16 * MiB, 16 * MiB]   # under a lease: whole
+        pt.finalize()
+        pool = pt.init(members=2, slab_size=MiB, memory=512 * MiB, cache_bytes=4 * MiB,
+                       lease=0)
+        st = pool.stats()
+        assert pool.leases is None and st["leases"] is None
+        assert [m["lent"] for m in st["members"]] == [512 * MiB, 512 * MiB]
+    finally:
+        pt.finalize()
+
+
+def test_spmd_refuses_lease_settings_clearly(monkeypatch):
+    from pooltensor.pool import runtime
+    monkeypatch.setattr(runtime, "_launched", lambda: True)
+    assert runtime._lease_args(None, None, None, None, MiB, None) is None   # off, silently
+    assert runtime._lease_args(0, None, None, None, MiB, None) is None
+    with pytest.raises(ValueError, match="under mpiexec or the launcher every rank lends"):
+        runtime._lease_args("8MiB", None, None, None, MiB, None)
+    with pytest.raises(ValueError, match="under mpiexec or the launcher every rank lends"):
+        runtime._lease_args(None, None, None, 5.0, MiB, None)

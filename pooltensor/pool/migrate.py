@@ -106,6 +106,14 @@ class Mover:
                     if m in ms:
                         self.homes[(a.heap, m, s)] += 1
 
+    def _not_spmd(self):
+        if self.pool.coherent:
+            raise ValueError("slabs move only in a pool whose one process allocates (a plain "
+                             "script, with members or memory servers): under SPMD every "
+                             "rank keeps its slabs where they were placed (x.migrate and "
+                             "pool.rebalance are refused; create the array with the "
+                             "placement wanted instead)")
+
     def track(self, alloc):
         import weakref
         if self.live is None:
@@ -113,10 +121,7 @@ class Mover:
         self.live.add(alloc)
 
     def _check(self, alloc):
-        pool = self.pool
-        if pool.coherent:
-            raise ValueError("slabs move only in a pool whose one process allocates (a plain "
-                             "script, with members or memory servers), not under SPMD")
+        self._not_spmd()
         if alloc.heap == "pv":
             raise ValueError("a private array lives on its member alone: it does not move")
         if alloc.copies is not None:
@@ -229,6 +234,7 @@ class Mover:
         slabs of the fullest member to the emptiest, while a move narrows the spread (the
         hot slabs just moved stay with their reader); returns the slabs moved."""
         pool = self.pool
+        self._not_spmd()
         hot = set(self._move_hot())          # these stay with their reader
         moved = len(hot)
         for _ in range(sum(pool.nslabs)):
