@@ -1,10 +1,12 @@
 """Leases: members lend their memory to the pool a lease at a time, and get it back.
 
 Why: a member that lends its whole ``memory`` for the pool's lifetime holds it (in RSS, once
-touched) even when the pool no longer needs it. With leases (``pooltensor.init(members=N,
-lease="128MiB")``) each member starts by lending one lease, the pool takes another lease from
-the member with the most memory left to lend whenever an allocation would leave less than
-``grow_below`` (25%) of the lent memory free, and a member whose use stays below
+touched) even when the pool no longer needs it. With leases (the default of a plain script's
+pool, 128 MiB; ``lease=0`` lends everything up front) each member starts by lending one lease
+(all of a smaller ``memory``), an allocation first makes the members it is placed on lend
+what it needs there (placement itself sees what each member could lend: ``Pool.room``), the
+pool takes another lease from the member with the most memory left to lend whenever an
+allocation leaves less than ``grow_below`` (25%) of the lent memory free, and a member whose use stays below
 ``shrink_below`` (15%) of what it lends for ``shrink_after`` seconds (300) gets its top leases
 back: the pages are punched out of its segments (``madvise(MADV_REMOVE)``, a hole punched in
 the memfd), so they leave the member's RSS and the machine's memory at once.
@@ -18,9 +20,10 @@ lease lent until it is freed). Slots given back read as zeros again (the hole), 
 allocator counts them as fresh (its high-water mark is lowered) only when the punch worked.
 
 Scope: a plain script's pool (the script is the only allocator, and its members are on this
-machine, where the script can map their segments to punch them). SPMD ranks would each have
-to agree on when to shrink, and a memory server's grant is a fixed window: both keep lending
-all their memory.
+machine, where the script can map their segments to punch them), and a client of memory
+servers (the client's window may exceed the server's memory; the server counts, serves and
+keeps only what is lent: server_lend). SPMD ranks would each have to agree on when to
+shrink: they lend all their memory, and asking for leases there is a ValueError.
 """
 import collections
 import ctypes
@@ -92,7 +95,7 @@ def punch(view, start, stop):
 
 
 class Leases:
-    """The leases of a plain script's pool (Pool.leases; None without lease=)."""
+    """The leases of a plain script's pool (Pool.leases; None with lease=0 or under SPMD)."""
 
     def __init__(self, pool, lease, grow_below, shrink_below, shrink_after):
         if pool.role not in ("plain", "client"):
@@ -142,9 +145,10 @@ class Leases:
                 if not self._more(m):
                     from ..errors import PoolOutOfMemory
                     S = pool.slab_size
+                    who = "memory server" if pool.role == "client" else "member"
                     raise PoolOutOfMemory(
-                        f"member {m} cannot lend {need[m] * S} more bytes: it lends "
-                        f"{self.leased(m) * S} and refused another lease",
+                        f"{who} {m} cannot lend {need[m] * S} more bytes: it lends "
+                        f"{self.leased(m) * S} and has no more to lend",
                         free={k: (self.leased(k) - pool._used[k]) * S
                               for k in range(pool.size)}, needed=need[m] * S)
 
