@@ -149,6 +149,13 @@ def test_serve_lease_flag_makes_clients_lend_in_leases(tmp_path):
         assert st["lease"] == 4 * MiB and st["lent"] == [0, 4 * MiB]
         x = pt.ones(10 * MiB // 8)
         assert pool.leases.stats()["lent"][1] >= 12 * MiB and float(x.sum()) == 10 * MiB // 8
+        del x
+        pt.finalize()
+        pool = pt.init(connect=[s.address], secret_file=secret, slab_size=MiB,
+                       cache_bytes=4 * MiB, memory=24 * MiB, lease=0)   # whatever it says
+        assert pool.leases is None and pool.stats()["members"][1]["lent"] == 24 * MiB
+        x = pt.ones(20 * MiB // 8)                 # past what one lease would serve
+        assert float(x.sum()) == 20 * MiB // 8
     finally:
         pt.finalize()
         s.stop()
