@@ -123,7 +123,7 @@ def main(argv=None):
         except (TypeError, ValueError) as e:
             p.error(f"--partition: {e}")
         try:
-            lease = parse_bytes(args.lease) or None
+            lease = None if args.lease.strip() == "0" else parse_bytes(args.lease)
         except ValueError as e:
             p.error(f"--lease: {e}")
         from collectives.errors import PooltensorError

@@ -237,3 +237,16 @@ def test_spmd_refuses_lease_settings_clearly(monkeypatch):
         runtime._lease_args("8MiB", None, None, None, MiB, None)
     with pytest.raises(ValueError, match="under mpiexec or the launcher every rank lends"):
         runtime._lease_args(None, None, None, 5.0, MiB, None)
+
+
+def test_serve_lease_0_gives_clients_their_whole_grant(tmp_path):
+    secret = make_secret(tmp_path)
+    s = ServerProc("16MiB", secret, extra=("--lease", "0")).ready()
+    try:
+        pt.finalize()
+        pool = pt.init(connect=[s.address], secret_file=secret, slab_size=MiB,
+                       cache_bytes=4 * MiB)
+        assert pool.leases is None and pool.stats()["members"][1]["lent"] == 16 * MiB
+    finally:
+        pt.finalize()
+        s.stop()
