@@ -319,7 +319,8 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
     partition of the servers (`pooltensor serve --partition`) this process's memory counts
     against; "free" is then what is free to it (ServerRefused naming it, with .free set,
     when that is less than asked). lend: bytes of each grant the servers count at first
-    (the rest is lent later with RemoteWorld.lend; `memory` may then exceed what is free)."""
+    (the rest is lent later with RemoteWorld.lend; `memory` may then exceed what is free);
+    None: what the servers ask (`pooltensor serve --lease`), 0: the whole grant."""
     addrs = addresses(servers)
     if len(set(addrs)) != len(addrs):
         raise ValueError(f"connect= names a server twice: {addrs}")
@@ -361,7 +362,7 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
                 ctx.connect_tcp(s.rank, s.ip, s.data_port)
             except _native.Error as e:
                 raise_native(e, rank=s.rank, host=s.address, what="connect")
-        return RemoteWorld(conns, ctx, grants, timeout, secret, partition, lend)
+        return RemoteWorld(conns, ctx, grants, timeout, secret, partition, lend or None)
     except BaseException:
         for s in conns:
             s.close()

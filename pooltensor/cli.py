@@ -47,10 +47,11 @@ def _parser():
                    help="declare a partition (repeatable), e.g. prod=64GiB:128GiB: RESERVE is "
                         "held for it, LIMIT caps it (omitted: no cap); clients name theirs "
                         "with pooltensor.init(partition=NAME)")
-    s.add_argument("--lease", metavar="SIZE",
-                   help="clients that do not choose lend their grant in leases of SIZE (e.g. "
-                        "128MiB): only what they lend counts against --memory, and what they "
-                        "stop using comes back")
+    s.add_argument("--lease", metavar="SIZE", default="128MiB",
+                   help="clients that do not choose lend their grant in leases of SIZE "
+                        "(default 128MiB): only what they lend counts against --memory and is "
+                        "served to them, and what they stop using comes back; 0: clients "
+                        "are given their whole grant up front")
     s.add_argument("--metrics", metavar="HOST:PORT",
                    help="also serve Prometheus metrics at http://HOST:PORT/metrics (':PORT': "
                         "every interface)")
@@ -123,7 +124,7 @@ def main(argv=None):
         except (TypeError, ValueError) as e:
             p.error(f"--partition: {e}")
         try:
-            lease = None if args.lease is None else parse_bytes(args.lease)
+            lease = None if args.lease.strip() == "0" else parse_bytes(args.lease)
         except ValueError as e:
             p.error(f"--lease: {e}")
         from collectives.errors import PooltensorError

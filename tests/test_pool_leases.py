@@ -36,14 +36,17 @@ def test_allocator_resize_keeps_the_tail_rule():
 
 
 def test_settings_are_checked():
-    assert leases.check(None, None, None, None, MiB) is None
+    assert leases.check(0, None, None, None, MiB) is None
+    assert leases.check(False, None, None, None, MiB) is None
     assert leases.check(True, None, None, None, MiB) == (128 * MiB, 0.25, 0.15, 300.0)
+    assert leases.check(None, None, None, None, MiB) == (128 * MiB, 0.25, 0.15, 300.0)
+    assert leases.check(None, None, None, None, 3 << 20)[0] == 129 * MiB   # whole slabs
     with pytest.raises(ValueError, match="multiple of the slab size"):
         leases.check("3MiB", None, None, None, 2 * MiB)
     with pytest.raises(ValueError, match="grow_below must be a fraction"):
         leases.check(True, 1.5, None, None, MiB)
-    with pytest.raises(ValueError, match="turn leases on with lease="):
-        leases.check(None, 0.3, None, None, MiB)
+    with pytest.raises(ValueError, match="lease=0 turns leases off"):
+        leases.check(0, 0.3, None, None, MiB)
 
 
 @pytest.fixture
@@ -146,6 +149,104 @@ def test_serve_lease_flag_makes_clients_lend_in_leases(tmp_path):
         assert st["lease"] == 4 * MiB and st["lent"] == [0, 4 * MiB]
         x = pt.ones(10 * MiB // 8)
         assert pool.leases.stats()["lent"][1] >= 12 * MiB and float(x.sum()) == 10 * MiB // 8
+        del x
+        pt.finalize()
+        pool = pt.init(connect=[s.address], secret_file=secret, slab_size=MiB,
+                       cache_bytes=4 * MiB, memory=24 * MiB, lease=0)   # whatever it says
+        assert pool.leases is None and pool.stats()["members"][1]["lent"] == 24 * MiB
+        x = pt.ones(20 * MiB // 8)                 # past what one lease would serve
+        assert float(x.sum()) == 20 * MiB // 8
+    finally:
+        pt.finalize()
+        s.stop()
+
+
+def test_server_refuses_pages_past_the_lease(server):
+    """The server serves a client only what it lends: a put or get past it is refused
+    (RemoteAccessError, nothing written), inside it works, and lending more opens it."""
+    from collectives import remote
+    from collectives.errors import RemoteAccessError
+    s, secret = server
+    pt.finalize()
+    w = remote.connect([s.address], secret_file=secret, memory=16 * MiB, lend=4 * MiB)
+    try:
+        win = w.expose(16 * MiB, "rw")
+        data = np.arange(MiB // 8, dtype=np.float64)
+        win.put(1, 3 * MiB, data)                         # inside the lease
+        back = np.empty_like(data)
+        assert np.array_equal(win.get(1, 3 * MiB, back), data)
+        base = s.rss_shmem()
+        for off in (4 * MiB, 12 * MiB, 4 * MiB - 8):      # past it, and straddling its end
+            with pytest.raises(RemoteAccessError, match="outside the registration"):
+                win.put(1, off, data)
+            with pytest.raises(RemoteAccessError, match="outside the registration"):
+                win.get(1, off, back)
+        assert s.rss_shmem() - base < MiB                 # nothing written out there
+        w.lend(1, win.buffer, 16 * MiB)                   # lent: served
+        win.put(1, 12 * MiB, data)
+        assert np.array_equal(win.get(1, 12 * MiB, np.empty_like(data)), data)
+        w.lend(1, win.buffer, 4 * MiB)                    # given back: refused again
+        with pytest.raises(RemoteAccessError, match="outside the registration"):
+            win.get(1, 12 * MiB, back)
+        win.close()
+    finally:
+        w.close()
+
+
+def test_leases_are_the_default_and_lease_0_lends_everything(monkeypatch):
+    """A plain script's members lend 128 MiB at first (a smaller memory whole); stats keep
+    capacity (what a member can give) and free (capacity - used), with lent beside them; an
+    allocation placed on a member makes that member lend more, it does not spill."""
+    monkeypatch.setenv("POOLTENSOR_PREPARE", "0")
+    pt.finalize()
+    try:
+        pool = pt.init(members=2, slab_size=MiB, memory=512 * MiB, cache_bytes=4 * MiB)
+        assert pool.leases.stats()["lease"] == 128 * MiB
+        st = pool.stats()
+        assert [m["lent"] for m in st["members"]] == [128 * MiB, 128 * MiB]
+        assert [m["capacity"] for m in st["members"]] == [512 * MiB, 512 * MiB]
+        assert st["pool"]["free"] == 1024 * MiB and st["pool"]["lent"] == 256 * MiB
+        x = pt.zeros(200 * MiB // 8, placement=[1])          # all on member 1
+        assert set(x._a.members) == {1}
+        st = pool.stats()
+        m1 = st["members"][1]
+        assert m1["lent"] >= 256 * MiB and m1["free"] == 312 * MiB, m1
+        assert m1["largest_free_run"]["readwrite"] == 312 * MiB
+        assert st["members"][0]["lent"] == 128 * MiB
+        x[-1] = 5.0
+        assert float(x.sum()) == 5.0
+        pt.finalize()
+        pool = pt.init(members=2, slab_size=MiB, memory=16 * MiB, cache_bytes=4 * MiB)
+        assert pool.leases.stats()["lent"] == [16 * MiB, 16 * MiB]   # under a lease: whole
+        pt.finalize()
+        pool = pt.init(members=2, slab_size=MiB, memory=512 * MiB, cache_bytes=4 * MiB,
+                       lease=0)
+        st = pool.stats()
+        assert pool.leases is None and st["leases"] is None
+        assert [m["lent"] for m in st["members"]] == [512 * MiB, 512 * MiB]
+    finally:
+        pt.finalize()
+
+
+def test_spmd_refuses_lease_settings_clearly(monkeypatch):
+    from pooltensor.pool import runtime
+    monkeypatch.setattr(runtime, "_launched", lambda: True)
+    assert runtime._lease_args(None, None, None, None, MiB, None) is None   # off, silently
+    assert runtime._lease_args(0, None, None, None, MiB, None) is None
+    with pytest.raises(ValueError, match="under mpiexec or the launcher every rank lends"):
+        runtime._lease_args("8MiB", None, None, None, MiB, None)
+    with pytest.raises(ValueError, match="under mpiexec or the launcher every rank lends"):
+        runtime._lease_args(None, None, None, 5.0, MiB, None)
+
+
+def test_serve_lease_0_gives_clients_their_whole_grant(tmp_path):
+    secret = make_secret(tmp_path)
+    s = ServerProc("16MiB", secret, extra=("--lease", "0")).ready()
+    try:
+        pt.finalize()
+        pool = pt.init(connect=[s.address], secret_file=secret, slab_size=MiB,
+                       cache_bytes=4 * MiB)
+        assert pool.leases is None and pool.stats()["members"][1]["lent"] == 16 * MiB
     finally:
         pt.finalize()
         s.stop()

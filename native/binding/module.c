@@ -341,6 +341,19 @@ static PyObject *Context_deregister(ContextObject *self, PyObject *args)
     return pt_py_none_or_raise(st, -1);
 }
 
+static PyObject *Context_limit(ContextObject *self, PyObject *args)
+{
+    unsigned long long key, len;
+    if (!PyArg_ParseTuple(args, "O&O&", pt_py_u64, &key, pt_py_u64, &len))
+        return NULL;
+    CTX(self);
+    pt_status_t st;
+    Py_BEGIN_ALLOW_THREADS            /* may wait for tcp requests in progress on it */
+    st = pt_ctx_limit(self->ctx, key, (size_t)len);
+    Py_END_ALLOW_THREADS
+    return pt_py_none_or_raise(st, -1);
+}
+
 /* Transfers below this many bytes run with the GIL held: releasing it costs more. Not so
  * for a peer over tcp: the call waits on the network. */
 #define PT_GIL_THRESHOLD 8192
@@ -673,6 +686,8 @@ static PyMethodDef Context_methods[] = {
     {"register", (PyCFunction)Context_register, METH_VARARGS,
      "register(buffer, access) -> key; access 1 = r, 3 = rw."},
     {"deregister", (PyCFunction)Context_deregister, METH_VARARGS, "deregister(key)"},
+    {"limit", (PyCFunction)Context_limit, METH_VARARGS,
+     "limit(key, nbytes): serve only the first nbytes of registration key from now on."},
     {"get", (PyCFunction)Context_get, METH_VARARGS, "get(rank, key, offset, out)"},
     {"put", (PyCFunction)Context_put, METH_VARARGS, "put(rank, key, offset, data)"},
     {"get_async", (PyCFunction)Context_get_async, METH_VARARGS,

@@ -97,6 +97,10 @@ pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, dou
  * attach (get/put only). */
 pt_status_t pt_ctx_register(pt_ctx_t *ctx, void *base, size_t len, int access, uint64_t *key_out);
 pt_status_t pt_ctx_deregister(pt_ctx_t *ctx, uint64_t key);
+/* Serve only the first `len` bytes of a registration from now on (a memory server's client
+ * lends that much: leases). Up to the end of its segment; an access past it is
+ * PT_ERR_BOUNDS. Returns once no tcp request is inside the part cut off. */
+pt_status_t pt_ctx_limit(pt_ctx_t *ctx, uint64_t key, size_t len);
 /* Track a segment made by pt_segment_create so registrations inside it go direct. */
 pt_status_t pt_ctx_add_segment(pt_ctx_t *ctx, pt_segment_t *seg);
 pt_status_t pt_ctx_remove_segment(pt_ctx_t *ctx, pt_segment_t *seg);

@@ -152,6 +152,12 @@ class SlabAllocator:
         """Length of the longest free run (the biggest contiguous allocation possible)."""
         return max(self._lens, default=0)
 
+    def largest_grown(self, more):
+        """The longest free run once the heap is `more` slabs longer (leases.py: what a
+        member has yet to lend joins its last free run when it is lent)."""
+        end = self._starts[-1] + self._lens[-1] == self.nslabs if self._starts else False
+        return max(self.largest, (self._lens[-1] if end else 0) + more)
+
     def fragmentation(self):
         """0 when the free slabs form one run, towards 1 as they scatter: 1 - largest/free."""
         return 0.0 if self.nfree == 0 else 1.0 - self.largest / self.nfree

@@ -93,16 +93,19 @@ def start(connect, *, secret_file=None, memory=None, timeout=None, partition=Non
     try:
         world = remote.connect(connect, secret_file=secret_file, memory=memory,
                                timeout=timeout, partition=partition,
-                               lend=leases[0] if leases else None)
+                               lend=leases[0] if leases else (0 if leases is False else None))
     except remote.ServerRefused as e:
         if partition is None or getattr(e, "free", None) is None:
             raise
         raise PoolOutOfMemory(str(e), free={e.rank: e.free}, needed=e.wanted,
                               partition=partition) from None
-    if leases is None and world.lent:        # the servers asked for leases (serve --lease)
-        from .leases import check
-        leases = check(max(world.lent.values()), None, None, None, kw.get("slab_size") or
-                       DEFAULT_SLAB)
+    if leases is False:
+        leases = None                        # lease=0: the whole grant, lent up front
+    elif leases is None and world.lent:      # the servers asked for leases (serve --lease)
+        from .leases import PAGE, _gcd, check
+        slab = kw.get("slab_size") or DEFAULT_SLAB
+        unit = slab * PAGE // _gcd(slab, PAGE)          # whole slabs and pages
+        leases = check(-(-max(world.lent.values()) // unit) * unit, None, None, None, slab)
     try:
         pool = Pool(world, role="client", memory=0, owns_world=True, leases=leases,
                     partition=None if partition is None else (partition, 0, None), **kw)

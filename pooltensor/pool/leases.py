@@ -1,10 +1,12 @@
 """Leases: members lend their memory to the pool a lease at a time, and get it back.
 
 Why: a member that lends its whole ``memory`` for the pool's lifetime holds it (in RSS, once
-touched) even when the pool no longer needs it. With leases (``pooltensor.init(members=N,
-lease="128MiB")``) each member starts by lending one lease, the pool takes another lease from
-the member with the most memory left to lend whenever an allocation would leave less than
-``grow_below`` (25%) of the lent memory free, and a member whose use stays below
+touched) even when the pool no longer needs it. With leases (the default of a plain script's
+pool, 128 MiB; ``lease=0`` lends everything up front) each member starts by lending one lease
+(all of a smaller ``memory``), an allocation first makes the members it is placed on lend
+what it needs there (placement itself sees what each member could lend: ``Pool.room``), the
+pool takes another lease from the member with the most memory left to lend whenever an
+allocation leaves less than ``grow_below`` (25%) of the lent memory free, and a member whose use stays below
 ``shrink_below`` (15%) of what it lends for ``shrink_after`` seconds (300) gets its top leases
 back: the pages are punched out of its segments (``madvise(MADV_REMOVE)``, a hole punched in
 the memfd), so they leave the member's RSS and the machine's memory at once.
@@ -18,9 +20,10 @@ lease lent until it is freed). Slots given back read as zeros again (the hole), 
 allocator counts them as fresh (its high-water mark is lowered) only when the punch worked.
 
 Scope: a plain script's pool (the script is the only allocator, and its members are on this
-machine, where the script can map their segments to punch them). SPMD ranks would each have
-to agree on when to shrink, and a memory server's grant is a fixed window: both keep lending
-all their memory.
+machine, where the script can map their segments to punch them), and a client of memory
+servers (the client's window may exceed the server's memory; the server counts, serves and
+keeps only what is lent: server_lend). SPMD ranks would each have to agree on when to
+shrink: they lend all their memory, and asking for leases there is a ValueError.
 """
 import collections
 import ctypes
@@ -39,15 +42,21 @@ _libc = None
 
 def check(lease, grow_below, shrink_below, shrink_after, slab):
     """init()'s lease settings checked: (lease bytes or None, grow_below, shrink_below,
-    shrink_after). lease: True (128 MiB), bytes, or a size such as '64MiB'."""
+    shrink_after). lease: None or True (the default, 128 MiB, rounded up to a multiple of
+    the slab and the page), bytes, or a size such as '64MiB'; 0 or False: no leases (every
+    member lends all its memory up front)."""
     from .partitions import _size
-    if lease is None or lease is False:
+    if lease is False or (lease is not None and lease is not True and
+                          not isinstance(lease, str) and lease == 0):
         if any(v is not None for v in (grow_below, shrink_below, shrink_after)):
             raise ValueError("grow_below=, shrink_below= and shrink_after= are lease "
-                             "settings: turn leases on with lease=")
+                             "settings, but lease=0 turns leases off")
         return None
-    n = DEFAULT_LEASE if lease is True else _size("lease", lease)
     unit = slab * PAGE // _gcd(slab, PAGE)
+    if lease is None or lease is True:
+        n = -(-DEFAULT_LEASE // unit) * unit
+    else:
+        n = _size("lease", lease)
     if n <= 0 or n % unit:
         raise ValueError(f"lease must be a positive multiple of the slab size and the page "
                          f"size ({unit} B), not {n}")
@@ -86,7 +95,7 @@ def punch(view, start, stop):
 
 
 class Leases:
-    """The leases of a plain script's pool (Pool.leases; None without lease=)."""
+    """The leases of a plain script's pool (Pool.leases; None with lease=0 or under SPMD)."""
 
     def __init__(self, pool, lease, grow_below, shrink_below, shrink_after):
         if pool.role not in ("plain", "client"):
@@ -125,31 +134,54 @@ class Leases:
         return True
 
     # -- growing (under the pool's lock, at allocation) ------------------------------------------
-    def grow_for(self, need, allowed):
-        """Lend more before placing `need` slabs on the `allowed` members: while they have too
-        little free for it, or the pool would be left with less than grow_below free, take a
-        lease from the allowed member with the most memory left to lend."""
+    def cover(self, homes):
+        """Before slabs are placed on `homes` (one member per slab): each of those members
+        lends, a lease at a time, at least what it will then use. PoolOutOfMemory when a
+        memory server will not lend more (what was lent so far stays lent)."""
         pool = self.pool
-        allowed = list(allowed)
+        need = collections.Counter(homes)
+        for m in sorted(need):
+            while pool._used[m] + need[m] > self.leased(m):
+                if not self._more(m):
+                    from ..errors import PoolOutOfMemory
+                    S = pool.slab_size
+                    who = "memory server" if pool.role == "client" else "member"
+                    raise PoolOutOfMemory(
+                        f"{who} {m} cannot lend {need[m] * S} more bytes: it lends "
+                        f"{self.leased(m) * S} and has no more to lend",
+                        free={k: (self.leased(k) - pool._used[k]) * S
+                              for k in range(pool.size)}, needed=need[m] * S)
+
+    def headroom(self):
+        """After an allocation: while the pool has less than grow_below of what is lent free,
+        take a lease from the member with the most memory left to lend."""
+        pool = self.pool
+        tried = set()
         while True:
             lent = sum(self.leased(m) for m in range(pool.size))
-            free_all = lent - sum(pool._used)
-            free_ok = sum(self.leased(m) - pool._used[m] for m in allowed)
-            if free_ok >= need and free_all - need >= self.grow_below * lent:
+            if lent - sum(pool._used) >= self.grow_below * lent:
                 return
-            spare = [(pool.nslabs[m] - self.leased(m), -m) for m in allowed
-                     if pool.nslabs[m] > self.leased(m) and m not in pool.keeper.gone]
+            spare = [(pool.nslabs[m] - self.leased(m), -m) for m in range(pool.size)
+                     if pool.nslabs[m] > self.leased(m) and m not in pool.keeper.gone
+                     and m not in tried]
             if not spare:
-                return                         # nothing left to lend: the caller says so
-            _, neg = max(spare)
-            m = -neg
-            old = self.leased(m)
-            self._resize(m, min(pool.nslabs[m], old + self.unit))
-            if not self._lend(m):             # a server said no: it has no more for us
-                self._resize(m, old)
-                allowed.remove(m)
-                continue
-            self._event(m, "grow")
+                return                         # nothing left to lend
+            m = -max(spare)[1]
+            if not self._more(m):
+                tried.add(m)                   # a server said no: it has no more for us
+
+    def _more(self, m):
+        """Member m lends one more lease (what is left, at the end); whether it did."""
+        pool = self.pool
+        old = self.leased(m)
+        if old >= pool.nslabs[m] or m in pool.keeper.gone:
+            return False
+        self._resize(m, min(pool.nslabs[m], old + self.unit))
+        if not self._lend(m):                 # a server said no: it has no more for us
+            self._resize(m, old)
+            return False
+        self._event(m, "grow")
+        return True
 
     # -- shrinking (a thread of its own, every shrink_after / 4, at most 1 s) -------------------
     def _run(self):
@@ -279,6 +311,8 @@ def server_lend(server, client, msg):
             server._used += delta
             server.ledger.take(a.partition, delta)
             a.lent = new
+    for key in a.keys:                 # the engine serves only what is lent (a put or get
+        server._ctx.limit(key, new)    # past it is refused: out of bounds)
     punched = True
     if delta < 0:
         punched = punch(np.frombuffer(memoryview(a.seg), np.uint8), new, old)

@@ -103,15 +103,17 @@ def families(member, entries, links, usage=None, server=None, listen=None):
 def _usage(member, s):
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     g = {k: GaugeMetricFamily(f"pooltensor_member_{k}", doc, labels=["member", "host"])
-         for k, doc in (("capacity_bytes", "bytes a member lends to each heap"),
+         for k, doc in (("capacity_bytes", "bytes a member can lend to each heap"),
+                        ("lent_bytes", "bytes a member lends to each heap now (leases)"),
                         ("used_bytes", "bytes allocated in a member's heaps"),
-                        ("free_bytes", "bytes free in a member's heaps"),
+                        ("free_bytes", "bytes free in a member's heaps (capacity - used)"),
                         ("fragmentation_ratio", "1 - largest free run / free, read-write "
                                                 "heap"),
                         ("share_ratio", "a member's part of the pool's capacity"))}
     for m in s["members"]:
         lab = [str(m["member"]), m["host"]]
         g["capacity_bytes"].add_metric(lab, m["capacity"])
+        g["lent_bytes"].add_metric(lab, m.get("lent", m["capacity"]))
         g["used_bytes"].add_metric(lab, m["used"])
         g["free_bytes"].add_metric(lab, m["free"])
         g["fragmentation_ratio"].add_metric(lab, m["fragmentation"]["readwrite"])

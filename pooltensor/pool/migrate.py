@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from ..errors import PoolOutOfMemory
+
 DEFAULT_BUDGET = 1 << 30          # bytes/s
 DEFAULT_RATIO, DEFAULT_MIN_FAULTS = 4.0, 8
 
@@ -104,6 +106,14 @@ class Mover:
                     if m in ms:
                         self.homes[(a.heap, m, s)] += 1
 
+    def _not_spmd(self):
+        if self.pool.coherent:
+            raise ValueError("slabs move only in a pool whose one process allocates (a plain "
+                             "script, with members or memory servers): under SPMD every "
+                             "rank keeps its slabs where they were placed (x.migrate and "
+                             "pool.rebalance are refused; create the array with the "
+                             "placement wanted instead)")
+
     def track(self, alloc):
         import weakref
         if self.live is None:
@@ -111,10 +121,7 @@ class Mover:
         self.live.add(alloc)
 
     def _check(self, alloc):
-        pool = self.pool
-        if pool.coherent:
-            raise ValueError("slabs move only in a pool whose one process allocates (a plain "
-                             "script, with members or memory servers), not under SPMD")
+        self._not_spmd()
         if alloc.heap == "pv":
             raise ValueError("a private array lives on its member alone: it does not move")
         if alloc.copies is not None:
@@ -131,8 +138,13 @@ class Mover:
         n = alloc.slab_len(k)
         self.budget.take(n)
         with pool._lock:
-            if pool.lent(dest) - pool._used[dest] < 1 or dest in pool.keeper.gone:
+            if pool.room(dest) < 1 or dest in pool.keeper.gone:
                 return False
+            if pool.leases is not None:
+                try:
+                    pool.leases.cover([dest])     # dest lends a lease more when it is full
+                except PoolOutOfMemory:
+                    return False
             (new,), _ = pool.take(heap, [dest])
             buf = np.empty(n, np.uint8)
             if src == pool.me:
@@ -179,7 +191,7 @@ class Mover:
         policy = _placement.check(placement, pool.size)
         n = len(alloc.members)
         with pool._lock:
-            free = [pool.lent(m) - pool._used[m] for m in range(pool.size)]
+            free = [pool.room(m) for m in range(pool.size)]
             for m in alloc.members:
                 free[m] += 1                 # its own slabs count as room where they are
             homes = _placement.plan(policy, n, free, pool.me)
@@ -222,17 +234,18 @@ class Mover:
         slabs of the fullest member to the emptiest, while a move narrows the spread (the
         hot slabs just moved stay with their reader); returns the slabs moved."""
         pool = self.pool
+        self._not_spmd()
         hot = set(self._move_hot())          # these stay with their reader
         moved = len(hot)
         for _ in range(sum(pool.nslabs)):
             with pool._lock:
                 pool.collect_frees()
-                frac = [pool._used[m] / max(1, pool.lent(m)) for m in range(pool.size)]
+                frac = [pool._used[m] / max(1, pool.nslabs[m]) for m in range(pool.size)]
                 hi = max(range(pool.size), key=lambda m: (frac[m], -m))
                 lo = min(range(pool.size), key=lambda m: (frac[m], m))
                 # one more slab from hi to lo would not narrow the spread
-                if frac[hi] - frac[lo] <= (1.0 / max(1, pool.lent(lo))
-                                           + 1.0 / max(1, pool.lent(hi))) / 2:
+                if frac[hi] - frac[lo] <= (1.0 / max(1, pool.nslabs[lo])
+                                           + 1.0 / max(1, pool.nslabs[hi])) / 2:
                     break
                 pick = next(((a, k) for a in list(self.live or ())
                              if a.heap != "pv" and a.copies is None

@@ -285,8 +285,6 @@ class Pool:
                         "placement='local' means the calling member, but in SPMD every rank "
                         "calls (creation is collective): use 'block' (a contiguous part on "
                         "each rank), a member list, or access='private' for this rank alone")
-                if self.leases is not None:        # lend more first, where it is short
-                    self.leases.grow_for(n * copies, self.keeper.room(policy)[1])
                 free, allowed = self.keeper.room(policy)
                 if self.role == "client" and not isinstance(policy, _placement.Explicit):
                     _placement.plan_servers(policy, 0, free)     # policy errors come first
@@ -322,8 +320,12 @@ class Pool:
                         f"placement {policy!r}", free={m: free[m] * S for m in range(self.size)},
                         needed=int(nbytes))
                 members = homes
+                if self.leases is not None:    # the members placed on lend what it needs
+                    self.leases.cover(homes + [m for ms in extra for m in ms])
                 slots, fresh = self.take(heap, homes)
                 extra = [(ms, *self.take(heap, ms)) for ms in extra]
+                if self.leases is not None:
+                    self.leases.headroom()
             if heap == "pv":         # private ids are this rank's own: shared ids stay in step
                 self._next_pv -= 1
                 aid = self._next_pv
@@ -480,11 +482,16 @@ class Pool:
         with self._lock:
             if not self.coherent:
                 self.collect_frees()
-            return [(self.lent(m) - self._used[m]) * self.slab_size for m in range(self.size)]
+            return [self.room(m) * self.slab_size for m in range(self.size)]
 
     def lent(self, m):
         """Slabs member m lends the pool now (all of its heap, unless leases.py lends less)."""
         return self._alloc["rw"][m].nslabs
+
+    def room(self, m):
+        """Slabs member m can still take: what it lends and has free, and (leases.py) what
+        it has yet to lend, which it lends when an allocation is placed there."""
+        return self.nslabs[m] - self._used[m]
 
     def stats(self, per_peer=False):
         """Usage per member, shares, fragmentation, cache counters and the transfers'

@@ -123,7 +123,7 @@ class Keeper:
     def room(self, policy):
         """(free slabs per member, members the policy allows): lost members have no room."""
         pool = self.pool
-        free = [0 if m in self.gone else pool.lent(m) - pool._used[m]
+        free = [0 if m in self.gone else pool.room(m)
                 for m in range(pool.size)]
         allowed = policy if isinstance(policy, tuple) else range(pool.size)
         return free, allowed

@@ -49,14 +49,17 @@ def usage(pool, wait=-1):
             rw, ro = pool._alloc["rw"][m], pool._alloc["ro"][m]
             used_rw = pool._heap_used["rw"][m] * S
             used_ro = pool._heap_used["ro"][m] * S
-            free_slabs = pool.lent(m) - pool._used[m]
+            # with leases, free and the largest run count what the member has yet to lend
+            # (lent when an allocation is placed there): capacity - used, as without
+            free_slabs, unlent = pool.room(m), pool.nslabs[m] - pool.lent(m)
             members.append({
                 "member": m, "host": pool.world.hosts[m], "capacity": pool.capacity[m],
-                "transport": pool.world.transports[m],
+                "transport": pool.world.transports[m], "lent": pool.lent(m) * S,
                 "used": used_rw + used_ro, "readwrite": used_rw, "readonly": used_ro,
                 "free": free_slabs * S,
-                "largest_free_run": {"readwrite": min(rw.largest, free_slabs) * S,
-                                     "readonly": min(ro.largest, free_slabs) * S},
+                "largest_free_run": {
+                    "readwrite": min(rw.largest_grown(unlent), free_slabs) * S,
+                    "readonly": min(ro.largest_grown(unlent), free_slabs) * S},
                 "fragmentation": {"readwrite": round(rw.fragmentation(), 4),
                                   "readonly": round(ro.fragmentation(), 4)}})
         pv = pool._alloc_pv
@@ -85,7 +88,8 @@ def usage(pool, wait=-1):
         m["used_fraction"] = m["used"] / m["capacity"] if m["capacity"] else 0.0
     free = sum(m["free"] for m in members)
     frag = sum(m["fragmentation"]["readwrite"] * m["free"] for m in members)
-    out["pool"] = {"capacity": capacity, "used": used, "free": free,
+    out["pool"] = {"capacity": capacity, "lent": sum(m["lent"] for m in members),
+                   "used": used, "free": free,
                    "used_fraction": used / capacity if capacity else 0.0,
                    "largest_free_run": max((m["largest_free_run"]["readwrite"]
                                             for m in members), default=0),

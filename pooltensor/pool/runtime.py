@@ -104,13 +104,23 @@ def _migrate_args(migrate):
 
 
 def _lease_args(lease, grow_below, shrink_below, shrink_after, slab, connect):
-    """init()'s lease settings checked (leases.check), for a plain script's pool only."""
+    """init()'s lease settings checked (leases.check): on by default for a plain script's
+    pool; off (None) under SPMD, where asking for them is a ValueError. With connect=, None
+    when nothing was given (the servers say: `pooltensor serve --lease`) and False for
+    lease=0 (no leases, whatever they say)."""
     from . import leases
+    given = any(v is not None for v in (lease, grow_below, shrink_below, shrink_after))
+    if connect is None and _launched():
+        if given and lease not in (0, False):
+            raise ValueError("lease=, grow_below=, shrink_below= and shrink_after= are for "
+                             "a plain script's pool: under mpiexec or the launcher every "
+                             "rank lends all its memory up front (leave them out, or "
+                             "lease=0)")
+        return None
     got = leases.check(lease, grow_below, shrink_below, shrink_after, slab)
-    if got is not None and connect is None and _launched():
-        raise ValueError("lease= is for a plain script's pool: under mpiexec or the "
-                         "launcher every rank lends all its memory")
-    return got
+    if connect is not None and not given:
+        return None
+    return False if got is None and connect is not None else got
 
 
 def _agree(pool, given):
@@ -195,10 +205,11 @@ def init(*, members=None, slab_size=None, cache_bytes=None, placement=None, memo
     (``pooltensor serve --partition NAME=RESERVE:LIMIT``) and the client only names one.
     More partitions in one pool: ``with pool.partition(name, reserve=, limit=): ...``.
 
-    lease: members lend their memory a lease at a time (True: 128 MiB, or bytes / a size);
-    grow_below (0.25), shrink_below (0.15), shrink_after (300 s): when the pool takes another
-    lease and when a member gets leases back (pages punched out: see pooltensor.pool.leases).
-    A plain script's pool only.
+    lease: members lend their memory a lease at a time (default 128 MiB, or bytes / a size;
+    0: all of it up front); grow_below (0.25), shrink_below (0.15), shrink_after (300 s):
+    when the pool takes another lease and when a member gets leases back (pages punched out:
+    see pooltensor.pool.leases). A plain script's pool (with connect=: as the servers say
+    unless given); under SPMD every rank lends all its memory and these are a ValueError.
 
     migrate: how slabs move to their readers (pooltensor.pool.migrate), a dict of budget
     (bytes/s, default 1 GiB/s), ratio (4) and min_faults (8).

@@ -599,6 +599,8 @@ class Server:
             return {"ok": False, "error": f"the server's registration table is full "
                                           f"({_native_text(e)})"}
         a.keys.append(key)
+        if a.lent < a.size:            # the client lends less: serve only that (leases.py)
+            self._ctx.limit(key, a.lent)
         return {"ok": True, "key": key}
 
     def _release(self, a):

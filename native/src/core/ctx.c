@@ -338,6 +338,27 @@ pt_status_t pt_ctx_deregister(pt_ctx_t *ctx, uint64_t key)
     return ok ? PT_OK : PT_ERR_KEY;
 }
 
+pt_status_t pt_ctx_limit(pt_ctx_t *ctx, uint64_t key, size_t len)
+{
+    uint64_t slot = key & 0xffff;
+    if (slot >= PT_MAX_REGS || key == 0)
+        return PT_ERR_KEY;
+    pthread_rwlock_wrlock(&ctx->serve_lock); /* no tcp request is inside it after this */
+    pthread_mutex_lock(&ctx->reg_lock);
+    pt_ctrl_reg_t *reg = &ctx->ctrl->regs[slot];
+    pt_status_t st = PT_ERR_KEY;
+    if (atomic_load(&reg->key) == key) {
+        pt_segment_t *sg = reg->seg >= 0 ? ctx->segs[reg->seg] : NULL;
+        size_t room = sg ? pt_segment_len(sg) - (size_t)reg->off : reg->len;
+        st = len <= room ? PT_OK : PT_ERR_BOUNDS;
+        if (st == PT_OK)
+            reg->len = len;
+    }
+    pthread_mutex_unlock(&ctx->reg_lock);
+    pthread_rwlock_unlock(&ctx->serve_lock);
+    return st;
+}
+
 pt_status_t pt_ctx_barrier(pt_ctx_t *ctx, int root, const int *ranks, int n, double timeout)
 {
     if (root < 0 || root >= ctx->size || n <= 0 || !ctx->peers[root].connected)
