@@ -2,6 +2,8 @@
  * goes through the ops table of the transport that reaches the rank (core/transport.h). Here
  * too: the registration table every target checks an access against, and the wait on a local
  * counter that notifies move. */
+#include <stdlib.h>
+
 #include "core/transport.h"
 
 pt_status_t pt__reg_lookup(const pt_ctrl_t *ctrl, uint64_t key, uint64_t off, size_t len,
