@@ -1,4 +1,5 @@
-/* The tcp initiator: one connection per peer, made on first use, with many requests in flight.
+/* The tcp initiator: one connection per peer (plus the stripes large gets and puts are split
+ * over: tcp_stripe.c), made on first use, with many requests in flight.
  *
  * A request takes a slot in the connection's table (its id picks the slot) and is sent as one
  * or more frames: small ones (and gets of a few frames, whose frames are headers only) by the
