@@ -95,6 +95,7 @@ def test_get_put_sizes(pair, n):
 def test_many_requests_in_flight_and_small_ones_beside_a_large_one(pair, monkeypatch):
     srv, mem, key, cli, *_ = pair
     monkeypatch.setenv("POOLTENSOR_TCP_STRIPES", "3")    # read at the first large transfer
+    monkeypatch.setenv("POOLTENSOR_TCP_STRIPE_PART", str(1 << 20))
     rng = np.random.default_rng(1)
     big = rng.integers(0, 256, 6 << 20, dtype=np.uint8)
     breq = cli.put_async(1, key, 0, big)

@@ -16,12 +16,17 @@ from proxy import Proxy
 pytestmark = pytest.mark.timeout(60)
 
 SECRET = b"stripe-test-secret-0123456789abc"
-PART = 1 << 20          # PT_TCP_STRIPE_PART: the smallest part with a connection of its own
+PART = 1 << 20          # the smallest part with a connection of its own, here (default 4 MiB)
 CHUNK = 256 << 10
 
 
 def _pair(monkeypatch, stripes, nbytes=32 << 20, via_proxy=False):
-    monkeypatch.setenv("POOLTENSOR_TCP_STRIPES", str(stripes))
+    if stripes:
+        monkeypatch.setenv("POOLTENSOR_TCP_STRIPES", str(stripes))
+        monkeypatch.setenv("POOLTENSOR_TCP_STRIPE_PART", str(PART))
+    else:                                       # the defaults
+        monkeypatch.delenv("POOLTENSOR_TCP_STRIPES", raising=False)
+        monkeypatch.delenv("POOLTENSOR_TCP_STRIPE_PART", raising=False)
     srv = _native.Context(0, 1, 1)
     srv.set_secret(SECRET)
     port = srv.listen("127.0.0.1", 0)
@@ -81,13 +86,21 @@ def test_large_transfers_use_that_many_connections_and_bytes_are_exact(monkeypat
         _close(srv, cli)
 
 
-def test_small_transfers_stay_on_one_connection(monkeypatch):
-    srv, seg, mem, key, ro, cli, _ = _pair(monkeypatch, 4)
+def test_defaults_stripe_from_two_4_mib_parts_over_4_connections(monkeypatch):
+    srv, seg, mem, key, ro, cli, _ = _pair(monkeypatch, 0)
     try:
-        out = np.empty(2 * PART - 1, np.uint8)          # under two parts: not striped
+        out = np.empty((8 << 20) - 1, np.uint8)         # under two parts: not striped
         cli.get(1, key, 0, out)
         cli.put(1, key, 0, out)
         assert srv.tcp_stats()["accepted"] == 1
+        out = np.empty(8 << 20, np.uint8)               # two parts
+        cli.get(1, key, 5, out)
+        np.testing.assert_array_equal(out, mem[5:5 + out.size])
+        assert srv.tcp_stats()["accepted"] == 2
+        out = np.empty(24 << 20, np.uint8)              # six parts, four connections
+        cli.put(1, key, 1, out)
+        np.testing.assert_array_equal(out, mem[1:1 + out.size])
+        assert srv.tcp_stats()["accepted"] == 4
     finally:
         _close(srv, cli)
 

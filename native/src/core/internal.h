@@ -137,6 +137,7 @@ struct pt_ctx {
     size_t secret_len;
     double timeout;
     _Atomic int tcp_stripes;              /* POOLTENSOR_TCP_STRIPES, read at first use; 0: not yet */
+    _Atomic size_t tcp_stripe_part;       /* POOLTENSOR_TCP_STRIPE_PART, likewise */
     pthread_rwlock_t serve_lock;          /* read: a server thread touching registered memory;
                                              write: deregistration, segment removal */
     struct pt_tcp_server *server;

@@ -17,25 +17,29 @@
 
 #include "transport/tcp/tcp_client.h"
 
-/* Measured (bench/tcp.py --one-sided, 2-core machine): see README's POOLTENSOR_TCP_STRIPES. */
-#define DEFAULT_STRIPES 4
-
-static int stripes_setting(pt_ctx_t *ctx)
+/* Measured with bench/tcp_stripes.py on the 2-core test machine (loopback and across
+ * tests/netns.py's namespaces, load 4-7): at 64 MiB 2-4 stripes moved 1.1-2.8x one
+ * connection's bytes, at 2 MiB and often at 8 MiB fewer (0.6-1.0x: a part's threads cost more
+ * than they bring), so a part is 4 MiB at least and a transfer goes over 4 connections. */
+static long env_long(const char *name, long dflt, long lo, long hi)
 {
-    int s = atomic_load_explicit(&ctx->tcp_stripes, memory_order_relaxed);
-    if (s)
-        return s;
-    const char *e = getenv("POOLTENSOR_TCP_STRIPES");
-    s = e && *e ? atoi(e) : DEFAULT_STRIPES;
-    s = s < 1 ? 1 : s > PT_TCP_MAX_STRIPES ? PT_TCP_MAX_STRIPES : s;
-    atomic_store_explicit(&ctx->tcp_stripes, s, memory_order_relaxed);
-    return s;
+    const char *e = getenv(name);
+    long v = e && *e ? atol(e) : dflt;
+    return v < lo ? lo : v > hi ? hi : v;
 }
 
 int pt__tcp_stripes_for(pt_ctx_t *ctx, size_t len)
 {
-    int s = stripes_setting(ctx);
-    size_t n = len / PT_TCP_STRIPE_PART;
+    int s = atomic_load_explicit(&ctx->tcp_stripes, memory_order_relaxed);
+    size_t part = atomic_load_explicit(&ctx->tcp_stripe_part, memory_order_relaxed);
+    if (!s || !part) {
+        s = (int)env_long("POOLTENSOR_TCP_STRIPES", PT_TCP_DEFAULT_STRIPES, 1, PT_TCP_MAX_STRIPES);
+        part = (size_t)env_long("POOLTENSOR_TCP_STRIPE_PART", PT_TCP_STRIPE_PART, PT_TCP_CHUNK,
+                                1L << 40);
+        atomic_store_explicit(&ctx->tcp_stripe_part, part, memory_order_relaxed);
+        atomic_store_explicit(&ctx->tcp_stripes, s, memory_order_relaxed);
+    }
+    size_t n = len / part;
     return n < (size_t)s ? (int)n : s;
 }
 
