@@ -18,9 +18,10 @@
 #include "transport/tcp/tcp_client.h"
 
 /* Measured with bench/tcp_stripes.py on the 2-core test machine (loopback and across
- * tests/netns.py's namespaces, load 4-7): at 64 MiB 2-4 stripes moved 1.1-2.8x one
- * connection's bytes, at 2 MiB and often at 8 MiB fewer (0.6-1.0x: a part's threads cost more
- * than they bring), so a part is 4 MiB at least and a transfer goes over 4 connections. */
+ * tests/netns.py's namespaces, load 4-7): at 64 MiB 2-4 stripes moved a median 1.3x one
+ * connection's bytes (up to 2.8x), at 2 MiB and often at 8 MiB fewer (0.6-1.0x: a part's
+ * threads cost more than they bring), so a part is 4 MiB at least and a transfer goes over 4
+ * connections (3 and 4 tied; bench/README.md). */
 static long env_long(const char *name, long dflt, long lo, long hi)
 {
     const char *e = getenv(name);
