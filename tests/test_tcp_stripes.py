@@ -51,9 +51,9 @@ def _close(srv, cli, px=None):
     srv.close()
 
 
-@pytest.mark.parametrize("stripes", [1, 2, 3, 5])
+@pytest.mark.parametrize("stripes", [1, 3, 5])
 def test_large_transfers_use_that_many_connections_and_bytes_are_exact(monkeypatch, stripes):
-    srv, seg, mem, key, ro, cli, _ = _pair(monkeypatch, stripes)
+    srv, seg, mem, key, ro, cli, _ = _pair(monkeypatch, stripes, nbytes=12 << 20)
     try:
         rng = np.random.default_rng(stripes)
         # (size, offset): odd sizes, offsets off any chunk or page, parts of unequal length
@@ -148,7 +148,7 @@ def test_a_cut_stripe_is_a_dropped_connection(monkeypatch, put):
                 np.testing.assert_array_equal(outs[i], mem[i * n + 3:(i + 1) * n + 3])
         assert cut == 1 and not cli.peer_lost(1)
         st = cli.tcp_peer_stats(1)
-        assert st["indoubt"] == 0
+        assert st["retried"] >= 1 and st["indoubt"] == 0     # its parts went again, once
         # the world is usable: the next large transfer dials the stripe again
         cli.get(1, key, 1, warm)
         np.testing.assert_array_equal(warm, mem[1:1 + warm.size])
