@@ -85,10 +85,14 @@ class Proxy:
         off: relayed again."""
         self.muted = on
 
-    def cut(self):
-        """End every relayed connection at once; keep listening. Returns how many."""
+    def cut(self, which=None):
+        """End every relayed connection at once (which: only the one accepted which-th among
+        those still relayed); keep listening. Returns how many."""
         with self.lock:
-            pairs, self.pairs = self.pairs, []
+            if which is None:
+                pairs, self.pairs = self.pairs, []
+            else:
+                pairs = [self.pairs.pop(which)]
         for pair in pairs:
             for sock in pair:
                 try:

@@ -100,6 +100,11 @@ struct pt_req {
     int finished;                         /* outcome known; published once not busy */
     int self_read;                        /* its caller reads the replies (never sleeps) */
     double deadline;
+    /* striping (tcp_stripe.c): a part of a large transfer points at the whole, which completes
+     * once its `parts` are over, with the first status that was not PT_OK */
+    struct pt_req *whole;
+    _Atomic int parts;
+    _Atomic int part_status;
     /* counting (core/stats.c): set by the entry point that started it, cleared once counted */
     _Atomic(pt_stats_t *) stat;
     uint64_t stat_t0, stat_bytes;
@@ -131,6 +136,8 @@ struct pt_ctx {
     uint8_t secret[64];                   /* longer secrets are kept as their SHA-256 */
     size_t secret_len;
     double timeout;
+    _Atomic int tcp_stripes;              /* POOLTENSOR_TCP_STRIPES, read at first use; 0: not yet */
+    _Atomic size_t tcp_stripe_part;       /* POOLTENSOR_TCP_STRIPE_PART, likewise */
     pthread_rwlock_t serve_lock;          /* read: a server thread touching registered memory;
                                              write: deregistration, segment removal */
     struct pt_tcp_server *server;

@@ -1,4 +1,5 @@
-/* The tcp initiator: one connection per peer, made on first use, with many requests in flight.
+/* The tcp initiator: one connection per peer (plus the stripes large gets and puts are split
+ * over: tcp_stripe.c), made on first use, with many requests in flight.
  *
  * A request takes a slot in the connection's table (its id picks the slot) and is sent as one
  * or more frames: small ones (and gets of a few frames, whose frames are headers only) by the
@@ -209,6 +210,13 @@ err_fd:
     return st;
 }
 
+pt_status_t pt__tcp_conn_open(pt_ctx_t *ctx, int rank, double timeout, pt_tcp_conn_t **out,
+                              uint64_t *inc)
+{
+    int refused = 0;
+    return conn_open(ctx, rank, ctx->peers[rank].tcp, timeout, out, &refused, inc);
+}
+
 /* The live connection to rank, made now if there is none (a failed one is kept until destroy:
  * threads may still hold it); the dial may take `timeout`. *refused: the dial was refused;
  * *restarted: the new connection met another incarnation of the peer than the last one. */
@@ -302,22 +310,11 @@ static pt_status_t dial_until(pt_ctx_t *ctx, int rank, double deadline, double *
     }
 }
 
-/* Put req in flight on rank's connection. On PT_OK the connection holds a reference, *cout is
- * the connection and *reader says whether the caller (a synchronous one: `sync`) took the
- * reading of replies, which it then must do (wait_sync). */
-static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp_conn_t **cout,
-                          int *reader)
+/* Put req in flight on connection c. On PT_OK the connection holds a reference and *reader
+ * says whether the caller (a synchronous one: `sync`) took the reading of replies, which it
+ * then must do (wait_sync). PT__TCP_DROPPED: c dropped before req went. */
+static pt_status_t submit_on(pt_tcp_conn_t *c, pt_req_t *r, int sync, int *reader)
 {
-    pt_tcp_conn_t *c;
-    pt_status_t st;
-    if (r->deadline == 0) /* (a request going again keeps its first deadline) */
-        r->deadline = pt__now() + ctx->timeout;
-    r->frames = frame_count(r);
-    double backoff = 0.01;
-again:
-    st = dial_until(ctx, rank, r->deadline, &backoff, &c);
-    if (st != PT_OK)
-        return st;
     pthread_mutex_lock(&c->lock);
     while (c->inflight >= PT_TCP_MAX_INFLIGHT && !atomic_load(&c->dead)) {
         struct timespec ts;
@@ -332,11 +329,9 @@ again:
         }
     }
     if (atomic_load(&c->dead)) {
-        st = c->fail;
+        pt_status_t st = c->fail;
         pthread_mutex_unlock(&c->lock);
-        if (st == PT__TCP_DROPPED && pt__now() < r->deadline)
-            goto again; /* dropped before ours went: dial again (conn_get) */
-        return st == PT__TCP_DROPPED ? PT_ERR_TIMEOUT : st;
+        return st;
     }
     while (c->slots[c->next_id % PT_TCP_MAX_INFLIGHT])
         c->next_id++;
@@ -344,7 +339,6 @@ again:
     c->slots[r->id % PT_TCP_MAX_INFLIGHT] = r;
     c->inflight++;
     atomic_fetch_add(&r->refs, 1); /* the connection's */
-    *cout = c;
     *reader = 0;
     if (c->reading == READ_NONE) {
         if (sync) {
@@ -385,6 +379,42 @@ again:
     pt__tcp_unbusy_locked(c, r);
     pthread_mutex_unlock(&c->lock);
     return PT_OK;
+}
+
+/* Put req in flight on rank's connection, dialed until req's deadline (as submit_on; *cout:
+ * the connection). */
+static pt_status_t submit(pt_ctx_t *ctx, int rank, pt_req_t *r, int sync, pt_tcp_conn_t **cout,
+                          int *reader)
+{
+    if (r->deadline == 0) /* (a request going again keeps its first deadline) */
+        r->deadline = pt__now() + ctx->timeout;
+    r->frames = frame_count(r);
+    double backoff = 0.01;
+    for (;;) {
+        pt_tcp_conn_t *c;
+        pt_status_t st = dial_until(ctx, rank, r->deadline, &backoff, &c);
+        if (st != PT_OK)
+            return st;
+        st = submit_on(c, r, sync, reader);
+        if (st == PT_OK)
+            *cout = c;
+        if (st != PT__TCP_DROPPED)
+            return st;
+        if (pt__now() >= r->deadline)
+            return PT_ERR_TIMEOUT;
+        /* dropped before ours went: dial again */
+    }
+}
+
+pt_status_t pt__tcp_submit_async(pt_ctx_t *ctx, int rank, pt_tcp_conn_t *c, pt_req_t *r)
+{
+    int reader;
+    if (!c)
+        return submit(ctx, rank, r, 0, &c, &reader);
+    if (r->deadline == 0)
+        r->deadline = pt__now() + ctx->timeout;
+    r->frames = frame_count(r);
+    return submit_on(c, r, 0, &reader);
 }
 
 pt_status_t pt__tcp_resubmit(pt_ctx_t *ctx, int rank, pt_req_t *r)
@@ -460,6 +490,9 @@ static pt_status_t tcp_rw(pt_ctx_t *ctx, int rank, int put, uint64_t key, uint64
     pt_req_t *r = req_new(put ? PT_TCP_OP_PUT : PT_TCP_OP_GET, rank, key, off, buf, len);
     if (!r)
         return PT_ERR_NOMEM;
+    int parts = pt__tcp_stripes_for(ctx, len);
+    if (parts > 1)
+        return pt__tcp_issue_striped(ctx, rank, r, parts, async_out);
     return issue(ctx, rank, r, async_out, NULL);
 }
 
@@ -637,7 +670,7 @@ pt_status_t pt_ctx_connect_tcp_served(pt_ctx_t *ctx, int rank, const char *host,
     return peer_address(ctx, rank, host, port, 0);
 }
 
-static void conn_close(pt_tcp_conn_t *c)
+void pt__tcp_conn_close(pt_tcp_conn_t *c)
 {
     /* (a connection that is still up says BYE on its way out: see pt__tcp_fail_locked) */
     pt__tcp_conn_fail(c, PT_ERR_CLOSED);
@@ -659,11 +692,12 @@ static void client_stop(pt_ctx_t *ctx)
         if (!p)
             continue;
         pt__tcp_reconnect_stop(p); /* (its orphans hold their old connections: first) */
-        for (pt_tcp_conn_t *c = p->conn; c;) {
-            pt_tcp_conn_t *older = c->older;
-            conn_close(c);
-            c = older;
-        }
+        for (int i = 0; i < PT_TCP_MAX_STRIPES; i++)
+            for (pt_tcp_conn_t *c = i ? p->stripe[i] : p->conn; c;) {
+                pt_tcp_conn_t *older = c->older;
+                pt__tcp_conn_close(c);
+                c = older;
+            }
         pthread_mutex_destroy(&p->lock);
         pthread_mutex_destroy(&p->rlock);
         pthread_cond_destroy(&p->rcond);

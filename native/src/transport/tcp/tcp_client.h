@@ -47,6 +47,10 @@ typedef struct pt_tcp_peer {
     int rstop, rthread_on;
     pthread_t rthread;
     _Atomic uint64_t reconnects, restarts, retried, indoubt;
+    /* (lock) the extra connections large transfers are striped over (tcp_stripe.c): stripe i
+     * (1..) carries part i, part 0 goes on conn; each replaced one is kept (older) until
+     * destroy, as conn's are */
+    pt_tcp_conn_t *stripe[PT_TCP_MAX_STRIPES];
 } pt_tcp_peer_t;
 
 /* A connection that dropped (end of stream, reset, failed send) fails its requests with this
@@ -88,6 +92,27 @@ int pt__tcp_orphan(pt_tcp_conn_t *c, pt_req_t *req);
 void pt__tcp_probe(pt_ctx_t *ctx, int rank);
 /* Stop rank's reconnect thread; what waits for it fails with PT_ERR_CLOSED. */
 void pt__tcp_reconnect_stop(pt_tcp_peer_t *p);
+
+/* ---- striping (tcp_stripe.c) ---- */
+
+/* A request's outcome is published: when it is a part of a striped transfer, its status joins
+ * the whole's and the last part completes the whole. */
+void pt__tcp_part_done(pt_req_t *r);
+/* Stripes to use for a transfer of len bytes (1: not striped; POOLTENSOR_TCP_STRIPES is read
+ * at a context's first large transfer). */
+int pt__tcp_stripes_for(pt_ctx_t *ctx, size_t len);
+/* A get or put of a whole transfer r, split in parts over rank's connections (see
+ * pt__tcp_stripes_for); as issue() in tcp_client.c. */
+pt_status_t pt__tcp_issue_striped(pt_ctx_t *ctx, int rank, pt_req_t *r, int nparts,
+                                  pt_req_t **async_out);
+/* Open a connection to rank (dial within `timeout`, authenticate) not yet anybody's; *inc:
+ * the listener's incarnation. */
+pt_status_t pt__tcp_conn_open(pt_ctx_t *ctx, int rank, double timeout, pt_tcp_conn_t **out,
+                              uint64_t *inc);
+void pt__tcp_conn_close(pt_tcp_conn_t *c);
+/* Put r in flight on rank's main connection (dialed until r's deadline) or, c given, on c
+ * (PT__TCP_DROPPED when c is dead). The connection then holds a reference. */
+pt_status_t pt__tcp_submit_async(pt_ctx_t *ctx, int rank, pt_tcp_conn_t *c, pt_req_t *r);
 
 /* ---- tcp_dial.c ---- */
 

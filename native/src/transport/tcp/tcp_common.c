@@ -2,6 +2,7 @@
  * context's tcp settings (secret, timeout). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,6 +18,18 @@ int pt__tcp_tune(int fd, double slice)
     /* keepalive: a peer whose machine vanished (no FIN, no RST) is noticed within ~20 s */
     int idle = 10, intvl = 3, cnt = 3;
     pt_plat_keepalive(fd, idle, intvl, cnt);
+    /* socket buffers: the kernel's autotuning unless POOLTENSOR_TCP_SOCKBUF says (bytes;
+     * a size set by hand turns autotuning off for the socket, and the kernel caps it at
+     * net.core.[rw]mem_max). Measured: see README's POOLTENSOR_TCP_SOCKBUF. */
+    const char *e = getenv("POOLTENSOR_TCP_SOCKBUF");
+    long buf = e && *e ? atol(e) : 0;
+    if (buf > 0 && buf <= (1L << 30)) {
+        int b = (int)buf;
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
+    }
+    /* TCP_NODELAY: a request or reply is written whole (header and payload in one sendmsg),
+     * so nothing is gained by Nagle's waiting and a small request would wait for an ack */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)

@@ -112,6 +112,12 @@ enum {
 /* A get of up to this many frames is written whole by the calling thread when nothing is
  * queued ahead of it (its frames are 64-byte headers: one system call, no hand-off). */
 #define PT_TCP_GET_INLINE_FRAMES 16
+/* Connections per peer a large get/put may be striped over (POOLTENSOR_TCP_STRIPES, 1..this)
+ * and, by default, the smallest part worth a connection of its own (POOLTENSOR_TCP_STRIPE_PART);
+ * defaults measured with bench/tcp_stripes.py (see tcp_stripe.c). */
+#define PT_TCP_MAX_STRIPES 16
+#define PT_TCP_DEFAULT_STRIPES 4
+#define PT_TCP_STRIPE_PART (4 * 1024 * 1024)
 /* Authenticated connections one server serves at once; more are closed (bounds server
  * threads). */
 #define PT_TCP_MAX_CONNS 256

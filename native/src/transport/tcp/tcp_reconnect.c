@@ -111,6 +111,7 @@ static void complete(pt_req_t *r, pt_status_t st)
 {
     r->status = st;
     r->self_read = 0;
+    pt__tcp_part_done(r);
     atomic_store_explicit(&r->done, 1, memory_order_release);
     pt_plat_wake(&r->done, 0);
     pt_req_release(r);

@@ -26,6 +26,7 @@ static void publish(pt_tcp_conn_t *c, pt_req_t *req)
 {
     if (req->status == PT__TCP_DROPPED && pt__tcp_orphan(c, req))
         return; /* it goes again on a new connection (tcp_reconnect.c) */
+    pt__tcp_part_done(req);
     atomic_store_explicit(&req->done, 1, memory_order_release);
     if (!req->self_read) /* (its caller reads replies itself: it does not sleep on done) */
         pt_plat_wake(&req->done, 0);
