@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from . import _native, algorithms, counters
+from . import algorithms, counters
 from .algorithms import shm
 from .calls import KINDS
 from .dtypes import ReduceOp, dtype_code, is_floating, reduce_op
@@ -116,9 +116,7 @@ def _to_jax(out):
 
 def _output(out, shape, dtype, like_jax):
     if out is None:
-        res = _aligned_empty(shape, dtype) if like_jax else np.empty(shape, dtype)
-        _native.prefault(res)   # fresh memory: its pages mapped now, not in the ranks' lockstep
-        return res
+        return _aligned_empty(shape, dtype) if like_jax else np.empty(shape, dtype)
     if not isinstance(out, np.ndarray):
         raise TypeError("out must be a numpy array")
     if out.shape != tuple(shape) or out.dtype != dtype:

@@ -358,6 +358,11 @@ def test_prefault_maps_fresh_memory_and_keeps_its_bytes():
     _native.prefault(a)
     assert _mapped(a) == 1.0
     assert (a[:4096] == np.arange(4096) % 251).all() and not a[4096:].any()
+    # first and last pages mapped: taken as warm, left alone (no walk of its page tables)
+    warm = np.frombuffer(mmap.mmap(-1, 4 << 20), np.uint8)
+    warm[0] = warm[-1] = 7
+    _native.prefault(warm)
+    assert _mapped(warm) < 0.01 and warm[0] == warm[-1] == 7
     # under 1 MiB: left alone
     small = mmap.mmap(-1, 512 << 10)
     s = np.frombuffer(small, np.uint8)

@@ -276,8 +276,8 @@ static PyObject *mod_prefault(PyObject *m, PyObject *arg)
 
 static PyMethodDef team_functions[] = {
     {"prefault", mod_prefault, METH_O,
-     "prefault(buffer): map the pages of a fresh result of 1 MiB or more before a collective "
-     "writes it (smaller: nothing)."},
+     "prefault(buffer): what the JAX handler does to a result of 1 MiB or more before the team "
+     "call: map its pages unless its first and last are mapped (smaller: nothing)."},
     {"stage_bytes", mod_stage_bytes, METH_VARARGS,
      "stage_bytes(slot_bytes, nslots): staging each team member registers."},
     {NULL}};
