@@ -318,28 +318,36 @@ static pt_status_t team_allgather(pt_team_t *t, const void *in, void *out, size_
     CHECK(announce(t, sig, dl, &w));
     const uint8_t *src = in;
     uint8_t *dst = out;
-    size_t total = nbytes * (size_t)t->n;
+    /* A large output goes out with streaming stores, our own part too, from the slot it was
+     * just copied into (2 ranks, 64 MiB: 12.3 -> 7.9 ms a call); below 16 MiB it stays in the
+     * caches and plain copies win (8 MiB: 0.79 against 0.86 ms streamed). */
+    int stream = t->n > 1 && nbytes * (size_t)t->n >= ((size_t)16 << 20);
     for (size_t o = 0; o < nbytes; o += t->slot) {
         size_t m = nbytes - o < t->slot ? nbytes - o : t->slot;
         uint64_t s = t->seq++;
         size_t so = (size_t)(s % (uint64_t)t->nslots) * t->slot;
-        const uint8_t *mine = src + o;
         if (t->n > 1) {
             CHECK(slot_free(t, s, dl, &w));
             pt_copy(t->in[t->me] + so, src + o, m);
             publish(t, HDR_CTR(t, t->me, ready), s + 1);
-            mine = t->in[t->me] + so;   /* our own part from the slot: still in cache */
         }
         for (int j = 0; j < t->n; j++) {
             int i = (t->me + j) % t->n;
             uint8_t *d = dst + (size_t)i * nbytes + o;
             if (i == t->me) {
-                if (d != src + o)
-                    copy_out(d, mine, m, total);
+                if (d == src + o)
+                    continue;
+                if (stream)
+                    pt__copy_stream(d, t->in[t->me] + so, m);
+                else
+                    memmove(d, src + o, m);
                 continue;
             }
             CHECK(wait_for(t, i, HDR_CTR(t, i, ready), s + 1, dl, &w));
-            copy_out(d, t->in[i] + so, m, total);
+            if (stream)
+                pt__copy_stream(d, t->in[i] + so, m);
+            else
+                pt_copy(d, t->in[i] + so, m);
         }
         publish(t, HDR_CTR(t, t->me, done), s + 1);
     }
