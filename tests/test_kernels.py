@@ -1,8 +1,10 @@
 """The native kernels against numpy: every kernel, dtype and op, odd lengths, unaligned buffers,
 NaN and infinities, aliasing, N-d strided slices, bad arguments, and the scalar variant against
 the dispatched one."""
+import ctypes
 import functools
 import io
+import mmap
 import os
 import subprocess
 import sys
@@ -335,6 +337,39 @@ def test_copy():
     assert a.tolist() == [2, 3, 4, 5, 6, 5, 6, 7, 8, 9]
     b = np.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(kernels.copy(np.empty((4, 3)), b.T), b.T)
+
+
+def _mapped(a):
+    """Fraction of the pages of a that are mapped, by mincore(2)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page = mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * (a.nbytes // page))()
+    assert libc.mincore(a.ctypes.data, a.nbytes, vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec) / len(vec)
+
+
+def test_prefault_maps_fresh_memory_and_keeps_its_bytes():
+    # fresh anonymous memory: nothing mapped until prefault, all of it after, bytes unchanged
+    m = mmap.mmap(-1, 8 << 20)
+    a = np.frombuffer(m, np.uint8)
+    a[:4096] = np.arange(4096) % 251                   # the first page only: not yet warm
+    assert _mapped(a) < 0.01
+    _native.prefault(a)
+    assert _mapped(a) == 1.0
+    assert (a[:4096] == np.arange(4096) % 251).all() and not a[4096:].any()
+    # first and last pages mapped: taken as warm, left alone (no walk of its page tables)
+    warm = np.frombuffer(mmap.mmap(-1, 4 << 20), np.uint8)
+    warm[0] = warm[-1] = 7
+    _native.prefault(warm)
+    assert _mapped(warm) < 0.01 and warm[0] == warm[-1] == 7
+    # under 1 MiB: left alone
+    small = mmap.mmap(-1, 512 << 10)
+    s = np.frombuffer(small, np.uint8)
+    _native.prefault(s)
+    assert _mapped(s) == 0.0
+    with pytest.raises(BufferError):
+        _native.prefault(b"read-only bytes")
 
 
 ITEM_DTYPES = [np.uint8, np.int16, np.float32, np.float64, np.complex128, np.dtype("S3")]

@@ -5,7 +5,7 @@
 #define PT_TEAM_API_H
 #include "pt.h"
 
-#define PT_TEAM_API_VERSION 1
+#define PT_TEAM_API_VERSION 2
 
 typedef struct {
     int version;
@@ -20,6 +20,7 @@ typedef struct {
     pt_status_t (*broadcast)(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
                              double timeout, int *who);
     size_t (*dtype_size)(pt_dtype_t dt);
+    void (*prefault)(void *p, size_t n);
 } pt_team_api_t;
 
 #endif

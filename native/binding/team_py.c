@@ -262,7 +262,22 @@ static PyObject *mod_stage_bytes(PyObject *m, PyObject *args)
     return PyLong_FromSize_t(pt_team_stage_bytes((size_t)slot, nslots));
 }
 
+static PyObject *mod_prefault(PyObject *m, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_WRITABLE) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    pt_prefault(b.buf, (size_t)b.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef team_functions[] = {
+    {"prefault", mod_prefault, METH_O,
+     "prefault(buffer): what the JAX handler does to a result of 1 MiB or more before the team "
+     "call: map its pages unless its first and last are mapped (smaller: nothing)."},
     {"stage_bytes", mod_stage_bytes, METH_VARARGS,
      "stage_bytes(slot_bytes, nslots): staging each team member registers."},
     {NULL}};
@@ -275,6 +290,7 @@ static const pt_team_api_t team_api = {
     .reduce_scatter = pt_team_reduce_scatter,
     .broadcast = pt_team_broadcast,
     .dtype_size = pt_dtype_size,
+    .prefault = pt_prefault,
 };
 
 int pt_py_add_team(PyObject *m)

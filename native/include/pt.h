@@ -394,6 +394,11 @@ const char *pt_kernels_isa(void);
 
 /* memmove: dst and src may overlap. */
 void pt_copy(void *dst, const void *src, size_t len);
+/* Map the pages of [p, p + n) for writing now, where n >= PT_PREFAULT_MIN, so that a
+ * collective writing a fresh result there does not take its page faults in lockstep with its
+ * peers; the bytes are left as they are. Smaller buffers: nothing. */
+#define PT_PREFAULT_MIN ((size_t)1 << 20)
+void pt_prefault(void *p, size_t n);
 /* Strided N-d gather into contiguous dst / scatter from contiguous src, in C order. The strided
  * side points at element [0, ..., 0]; strides in bytes, may be negative or zero; ndim 0..64
  * (0: one element). The caller vouches that every element lies in its memory. PT_ERR_INVALID

@@ -22,7 +22,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <xla/ffi/api/c_api.h>
@@ -155,18 +154,6 @@ static pt_status_t run_team(const pt_team_api_t *api, pt_team_t *t, const attrs_
     }
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-#define PREFAULT_MIN ((size_t)1 << 20)
-
-/* XLA gives a program fresh buffers at every run, so a large result is memory never touched:
- * its first write takes a page fault every 4 KiB. Inside the team collective those writes
- * happen chunk by chunk in lockstep with the peers, and every fault there stalls them too
- * (8 MiB allreduce, 2 ranks on a loaded 2-core machine: 55 ms a call, against 7 ms for the
- * eager call into a warm buffer). So the pages are mapped first, in one call, before the team
- * call starts (older kernels: read and write back one byte per page; the bytes stay as they
- * are, the collective overwrites them all). Warm buffers cost a walk of their page tables. */
 /* Bytes per element of an XLA buffer's type; 0 where not a whole number of bytes or unknown. */
 static size_t xla_size(XLA_FFI_DataType t)
 {
@@ -194,21 +181,6 @@ static size_t xla_size(XLA_FFI_DataType t)
     default:
         return 0;
     }
-}
-
-static void prefault(void *p, size_t n)
-{
-    static size_t page;
-    if (n < PREFAULT_MIN)
-        return;
-    if (!page)
-        page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
-    uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
-    if (b <= a || madvise((void *)a, b - a, MADV_POPULATE_WRITE) == 0)
-        return;
-    for (volatile char *c = (volatile char *)a; (uintptr_t)c < b; c += page)
-        *c = *c;
 }
 
 /* op 'avg': the sum divided by the number of ranks, rounded as numpy rounds it (the eager
@@ -312,8 +284,8 @@ static XLA_FFI_Error *pt_collective(XLA_FFI_CallFrame *cf)
 
     if (!team || !api || !board || atomic_load(&board[0]) != seen)
         return call_python(cf->api, P_WHOLE, &a, in, out, 0, -1);
-    if (out)
-        prefault(out->data, elements(out) * xla_size(out->dtype));
+    if (out)   /* XLA gives every run fresh buffers: see pt_prefault */
+        api->prefault(out->data, elements(out) * xla_size(out->dtype));
     atomic_fetch_add(&board[1], 1);           /* Calls.begin: this rank's call number */
     int who = -1;
     pt_status_t st = run_team(api, team, &a, in, out, timeout, &who);

@@ -318,6 +318,10 @@ static pt_status_t team_allgather(pt_team_t *t, const void *in, void *out, size_
     CHECK(announce(t, sig, dl, &w));
     const uint8_t *src = in;
     uint8_t *dst = out;
+    /* A large output goes out with streaming stores, our own part too, from the slot it was
+     * just copied into (2 ranks, 64 MiB: 12.3 -> 7.9 ms a call); below 16 MiB it stays in the
+     * caches and plain copies win (8 MiB: 0.79 against 0.86 ms streamed). */
+    int stream = t->n > 1 && nbytes * (size_t)t->n >= ((size_t)16 << 20);
     for (size_t o = 0; o < nbytes; o += t->slot) {
         size_t m = nbytes - o < t->slot ? nbytes - o : t->slot;
         uint64_t s = t->seq++;
@@ -331,12 +335,19 @@ static pt_status_t team_allgather(pt_team_t *t, const void *in, void *out, size_
             int i = (t->me + j) % t->n;
             uint8_t *d = dst + (size_t)i * nbytes + o;
             if (i == t->me) {
-                if (d != src + o)
+                if (d == src + o)
+                    continue;
+                if (stream)
+                    pt__copy_stream(d, t->in[t->me] + so, m);
+                else
                     memmove(d, src + o, m);
                 continue;
             }
             CHECK(wait_for(t, i, HDR_CTR(t, i, ready), s + 1, dl, &w));
-            pt_copy(d, t->in[i] + so, m);
+            if (stream)
+                pt__copy_stream(d, t->in[i] + so, m);
+            else
+                pt_copy(d, t->in[i] + so, m);
         }
         publish(t, HDR_CTR(t, t->me, done), s + 1);
     }
