@@ -59,8 +59,13 @@ def _world(size, local_size, shm=True):
     return SimpleNamespace(size=size, local_size=local_size, _shm_world=shm, rank=0, host="h")
 
 
-def test_select_by_topology_and_size():
+def test_select_by_topology_and_size(monkeypatch):
     sel = algorithms.select
+    w = _world(4, 4, shm=False)
+    # direct is picked only where it is allowed a size (POOLTENSOR_DIRECT_MAX; 0 by default)
+    if direct.DIRECT_MAX == 0:
+        assert sel("allreduce", 1024, w) == "recursive_doubling"
+    monkeypatch.setattr(direct, "DIRECT_MAX", 256 * 1024)
     # one host: the native team (the ops layer takes it directly without select)
     assert sel("allreduce", 1024, _world(4, 4)) == "oneshot"
     assert sel("allgather", 1024, _world(4, 4)) == "shm"
