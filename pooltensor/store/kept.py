@@ -165,12 +165,18 @@ def write(pool, name, version, items, servers, metadata, copies=1):
                     "metadata": metadata, "time": time.time()}
         return manifest, arrays, heap, made
     except BaseException:
-        for r, nm in made:
-            try:
-                world.server(r).request({"op": "name_drop", "name": nm})
-            except Exception:
-                pass
+        _drop_made(world, made)
         raise
+
+
+def _drop_made(world, made):
+    """Drop the named allocations made so far ((server, name) pairs): a load or a replication
+    that fails leaves nothing behind. Best effort: a server that is gone holds nothing more."""
+    for r, nm in made:
+        try:
+            world.server(r).request({"op": "name_drop", "name": nm})
+        except Exception:
+            pass
 
 
 def entries(manifest):
@@ -388,11 +394,7 @@ def replicate(pool, manifest, members, timeout):
              "count": total // S} for r, nm in made]
         return out
     except BaseException:
-        for r, nm in made:
-            try:
-                world.server(r).request({"op": "name_drop", "name": nm})
-            except Exception:
-                pass
+        _drop_made(world, made)
         raise
     finally:
         release(world, holds)
