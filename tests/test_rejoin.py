@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pooltensor as pt
-from collectives.errors import PeerRestarted
+from collectives.errors import PeerLost, PeerRestarted
 from proxy import Proxy
 from servers import ServerProc, make_secret
 
@@ -60,6 +60,13 @@ def test_restarted_server_is_rejoined_old_arrays_raise_new_ones_work(tmp_path):
         os.kill(srv.pid, signal.SIGKILL)
         srv.wait()
         assert _until(lambda: pool.world._ctx.peer_lost(1), 10)
+        with pytest.raises(PeerLost):
+            x.to_numpy()
+        # while it is down, a new array has nowhere to go: the loss is the cause, not a full
+        # pool (a MemoryError here sent users looking for a leak)
+        with pytest.raises(PeerLost, match="memory server 1 is lost") as e:
+            pt.asarray(np.ones(1000))
+        assert not isinstance(e.value, MemoryError)
         srv2 = ServerProc("16MiB", secret, port=port).ready()
         assert _until(lambda: pool.world.restarts[1] == 1, 20), "not rejoined"
         assert not pool.world._ctx.peer_lost(1)

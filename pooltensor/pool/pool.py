@@ -293,6 +293,7 @@ class Pool:
                 cap = sum(self.nslabs[m] for m in allowed)
                 many = f", {copies} copies each" if copies > 1 else ""
                 if n * copies > cap or n * copies > sum(free[m] for m in allowed):
+                    self.keeper.short_of_lost(n * copies, nbytes, allowed)
                     who = f"members {list(policy)}" if isinstance(policy, tuple) else "the pool"
                     ever = f": more than {who} could ever hold ({cap * S} bytes)" \
                         if n > cap else ""

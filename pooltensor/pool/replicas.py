@@ -128,6 +128,22 @@ class Keeper:
         allowed = policy if isinstance(policy, tuple) else range(pool.size)
         return free, allowed
 
+    def short_of_lost(self, n, nbytes, allowed):
+        """An allocation of `n` slabs does not fit: when it would fit with the lost members'
+        memory, the cause is the loss, not a full pool, and PeerLost says so (a memory server
+        that was killed is lent again once it is back and rejoined: pool/rejoin.py)."""
+        pool = self.pool
+        lost = sorted(m for m in allowed if m in self.gone)
+        if not lost or n > sum(pool.room(m) for m in allowed):
+            return
+        m = lost[0]
+        who = "memory server" if pool.role == "client" else "member"
+        raise PeerLost(
+            f"cannot place {nbytes} bytes: {who} {m} is lost (for "
+            f"{time.monotonic() - self.gone[m]:.1f} s) and the members left have room for "
+            f"{sum(pool.room(k) for k in allowed if k not in self.gone) * pool.slab_size} "
+            f"bytes; new arrays fit again once it is back", rank=m, host=pool.world.hosts[m])
+
     def place(self, homes, k, free, allowed):
         """The homes of copies 2..k of every slab (k-1 lists, one member per slab), given the
         first homes; None when the allowed members lack the room. ValueError when fewer than
