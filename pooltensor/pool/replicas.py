@@ -289,8 +289,9 @@ class Keeper:
             return PeerRestarted(
                 f"{self.restarted[r]}: slab {k} of allocation {alloc.id}{desc} was there",
                 rank=r, host=self.pool.world.hosts[r])
+        who = "memory server" if self.pool.role == "client" else "member"
         return PeerLost(
-            f"slab {k} of allocation {alloc.id}{desc} lived on member {r}, which was lost, "
+            f"slab {k} of allocation {alloc.id}{desc} lived on {who} {r}, which was lost, "
             f"and no other copy of it is left (pool.lost() lists what was lost; "
             f"access='readonly', replicas=2 keeps a copy on another member)",
             rank=r, host=self.pool.world.hosts[r])

@@ -333,7 +333,11 @@ def open(name, *, local=False):
             if manifest is None:
                 raise KeyError(f"no store named {name!r} on the servers")
             replica = kept.local_replica(pool.world, manifest) if local else None
-            vkey = (name, manifest["version"]) + ((replica["entry"],) if replica else ())
+            # the arrays of a version know the copies its manifest names: once replicate()
+            # added whole replicas, an open makes new ones (a loader's own have the parts)
+            reps = tuple(rp["entry"] for rp in manifest.get("replicas", []))
+            vkey = (name, manifest["version"]) + (
+                (reps, replica and replica["entry"]) if reps else ())
             with _lock:
                 ver = reg["versions"].get(vkey)
             lost = set(pool.world.lost())

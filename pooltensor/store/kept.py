@@ -157,6 +157,8 @@ def write(pool, name, version, items, servers, metadata, copies=1):
                 tensors[key] = {"dtype": files.dtype_name(src.dtype), "shape": list(src.shape),
                                 "slabs": _runs(part_of[g:g + n])}
                 arrays[key] = _array(pool, heap, src.dtype, src.shape, owners[0][g:g + n])
+                _track(pool, name, key, arrays[key],
+                       [[o[x] for o in owners] for x in range(g, g + n)])
                 g += n
         layouts = [[{"at": at[r], "first": first, "count": n} for r, first, n in row]
                    for row in rows]
@@ -224,11 +226,28 @@ def _array(pool, heap, dtype, shape, mem):
     return ndarray(a, 0, tuple(shape), layout.c_strides(tuple(shape), dtype.itemsize), dtype)
 
 
+def _track(pool, name, key, arr, mem):
+    """Give the pool's keeper tensor `arr` of store `name`, whose slab k has its copies at
+    mem[k] ([(server, slot)], the first read): a server lost while it is read is read
+    around (the keeper repoints the slab to its next copy), and a slab left without one
+    raises PeerLost naming the tensor and the server. It wants one copy: the keeper
+    restores none (a store's copies are the servers' named memory, not the pool's)."""
+    a = arr._a
+    if any(len(c) > 1 for c in mem):
+        a.copies = [[*c] for c in mem]
+    pool.keeper.allocs[a] = ((f"tensor {key!r} of store {name!r}", arr.shape, arr.dtype), 1)
+
+
 def read_manifest(world, name):
     """The manifest of store `name`'s current version (None if there is no such store): the
-    newest version any server's pointer names (a publish sets every server's in turn)."""
+    newest version any server's pointer names (a publish sets every server's in turn).
+    PeerLost when no server answers (the store may be there, unseen)."""
     best = None
-    for r, d in directory(world):
+    servers = directory(world)
+    if not servers and world.size > 1:
+        raise PeerLost(f"no memory server answers (lost: {world.hosts[1:]}): cannot look "
+                       f"up store {name!r}", rank=1, host=world.hosts[1])
+    for r, d in servers:
         try:
             rep = _ask(d, {"op": "name_get", "name": pointer(name)})
         except ServerRefused as e:
@@ -249,61 +268,76 @@ def read_manifest(world, name):
 
 
 def attach(pool, manifest, replica=None):
-    """Hold a version's server allocations (or one full `replica` of it) and build its
-    arrays here: ({key: ndarray}, heap, held), or None when the version went in between
-    (published over and dropped). Each part is read from its first copy on a server that
-    answers; PeerLost when a part has none."""
+    """Hold a version's server allocations and its full replicas and build its arrays here:
+    ({key: ndarray}, heap, held), or None when the version went in between (published over
+    and dropped). Each part is read from its first copy on a server that answers (from
+    `replica`, a full replica, first when given); PeerLost when a part has none. Every
+    other copy is known to the arrays (Allocation.copies, the pool's keeper): a server lost
+    while they are read is read around (pool/replicas.py), and PeerLost names it only when
+    a slab has no copy left."""
     world = pool.world
     by_id = ranks_by_identity(world)
-    ents = manifest["entries"] if replica is None else [replica]
-    held, keys, sizes, rank_of, lost = [], {}, {}, {}, []
+    ents = manifest["entries"]
+    reps = [rp for rp in manifest.get("replicas", [])
+            if replica is None or rp["entry"] != replica["entry"]]
+    todo = ([("r", replica)] if replica is not None else []) + \
+        [(i, p) for i, p in enumerate(ents)] + [("r", rp) for rp in reps]
+    held, keys, sizes, kind, lost, unknown = [], {}, {}, {}, [], []
     try:
-        for i, p in enumerate(ents):
+        for what, p in todo:
             r = by_id.get(tuple(p["server"]))
             if r is None:
-                raise ValueError(f"store {manifest['name']!r} lives partly on server "
-                                 f"{p['server'][0]} (pid {p['server'][1]}), which this "
-                                 f"pool is not connected to")
+                unknown.append(p["server"])
+                continue
+            if r in keys or r in lost:
+                continue              # one key per server: another copy there adds nothing
             try:
                 rep = world.server(r).request({"op": "name_get", "name": p["entry"]})
             except ServerRefused as e:
-                if missing(e):
-                    release(world, held)
-                    return None
-                raise
+                if not missing(e):
+                    raise
+                if what == "r":
+                    continue          # a replica dropped: the other copies still read
+                release(world, held)
+                return None           # the version is gone
             except PeerLost:
                 lost.append(r)
                 continue
             held.append((r, p["entry"]))
-            keys[r], sizes[r], rank_of[i] = rep["key"], rep["size"], r
+            keys[r], sizes[r], kind[r] = rep["key"], rep["size"], what
         if manifest.get("slab") != pool.slab_size:
             raise ValueError(f"store {manifest['name']!r} was made with slabs of "
                              f"{manifest.get('slab')} B, this pool's are {pool.slab_size} B: "
                              f"init(slab_size={manifest.get('slab')})")
+        at = [by_id.get(tuple(p["server"])) for p in ents]
+        whole = [r for r in keys if kind[r] == "r"]      # servers read from a full replica
         first = manifest["layouts"][0]
-        if replica is not None:       # a whole copy: every part's slabs one after the other
-            starts = np.cumsum([0] + [p["count"] for p in first]).tolist()
-            if 0 not in rank_of:
-                raise PeerLost(f"the replica of store {manifest['name']!r} on "
-                               f"{replica['server'][0]} is lost", rank=lost[0])
-            where = [(rank_of[0], starts[i]) for i in range(len(first))]
-        else:
-            where = []
-            for i in range(len(first)):
-                got = next(((rank_of[row[i]["at"]], row[i]["first"])
-                            for row in manifest["layouts"] if row[i]["at"] in rank_of), None)
-                if got is None:
-                    raise PeerLost(f"store {manifest['name']!r}: part {i} has no copy on a "
-                                   f"memory server that answers (lost: "
-                                   f"{[world.hosts[r] for r in lost]})",
-                                   rank=lost[0] if lost else None)
-                where.append(got)
+        starts = np.cumsum([0] + [p["count"] for p in first]).tolist()
+        copies = []                   # per part: [(server, first slot)], the first is read
+        for i in range(len(first)):
+            cs = [(at[row[i]["at"]], row[i]["first"]) for row in manifest["layouts"]
+                  if kind.get(at[row[i]["at"]]) == row[i]["at"]]
+            full = [(r, starts[i]) for r in whole]
+            cs = full + cs if replica is not None else cs + full
+            if not cs:
+                if unknown and not lost:
+                    raise ValueError(f"store {manifest['name']!r} lives partly on server "
+                                     f"{unknown[0][0]} (pid {unknown[0][1]}), which this "
+                                     f"pool is not connected to")
+                raise PeerLost(f"store {manifest['name']!r}: part {i} has no copy on a "
+                               f"memory server that answers (lost: "
+                               f"{[world.hosts[r] for r in lost]})",
+                               rank=lost[0] if lost else None,
+                               host=world.hosts[lost[0]] if lost else None)
+            copies.append(cs)
         heap = _heap(pool, _window(pool, keys, sizes, "r"))
         arrays = {}
         for key, t in manifest["tensors"].items():
-            mem = [(where[i][0], where[i][1] + s + j) for i, s, n in t["slabs"]
+            mem = [[(r, s0 + s + j) for r, s0 in copies[i]] for i, s, n in t["slabs"]
                    for j in range(n)]
-            arrays[key] = _array(pool, heap, files.parse_dtype(t["dtype"]), t["shape"], mem)
+            dtype = files.parse_dtype(t["dtype"])
+            arrays[key] = _array(pool, heap, dtype, t["shape"], [c[0] for c in mem])
+            _track(pool, manifest["name"], key, arrays[key], mem)
         return arrays, heap, held
     except BaseException:
         release(world, held)
