@@ -12,6 +12,7 @@ import pytest
 import pooltensor as pt
 from netns import ns_cmd, netns  # noqa: F401  (the session fixture)
 from servers import SCRIPTS, ServerProc, env, make_secret
+from stores import same
 
 pytestmark = pytest.mark.timeout(120)
 safetensors = pytest.importorskip("safetensors")
@@ -66,12 +67,6 @@ def reference(paths):
     with safe_open(paths[1], framework="flax") as f:
         out["bf16"] = np.asarray(f.get_tensor("bf16"))
     return out
-
-
-def same(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
-    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
 
 
 @pytest.fixture(scope="module")

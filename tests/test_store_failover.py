@@ -11,6 +11,7 @@ import pytest
 
 import pooltensor as pt
 from servers import ServerProc, make_secret
+from stores import same
 
 pytestmark = pytest.mark.timeout(120)
 safetensors = pytest.importorskip("safetensors")
@@ -33,12 +34,6 @@ def reference(path):
     from safetensors import safe_open
     with safe_open(path, framework="numpy") as f:
         return {k: f.get_tensor(k) for k in f.keys()}
-
-
-def same(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
-    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
 
 
 @pytest.fixture(scope="module")
