@@ -23,6 +23,9 @@ Where a store lives:
   registry kept by the process that allocates (in SPMD every rank: loading is collective, so
   every rank can open). A version's arrays are freed when it was replaced or dropped and
   the last reader closed it (or dropped its arrays).
+- a pool attached to Dask: as any other pool in the client, which also hands each version
+  to the scheduler (shared.py), so that a task on any worker opens it by name; the
+  version is freed when the client's readers and the workers' have all closed it.
 """
 import builtins
 import os
@@ -32,7 +35,7 @@ from collections.abc import Mapping
 import msgpack
 import numpy as np
 
-from . import files, kept
+from . import files, kept, shared
 from .files import SafetensorsError
 from .kept import PeerLost, ReplicationError
 
@@ -48,6 +51,7 @@ class _Version:
         self.manifest, self.heap, self.held = manifest, heap, [*held]
         self.readers = 0
         self.key, self.replica = (name, version), None
+        self.release = None     # a Dask worker's: lets the client's version go (shared.py)
 
     def summary(self):
         nbytes = sum(a.nbytes for a in self.arrays.values())
@@ -153,10 +157,24 @@ def _unref(pool, ver):
         ver.readers -= 1
         if ver.readers > 0:
             return
-        reg = _registry(pool)
-        if reg["current"].get(ver.name) is ver:
+        if _registry(pool)["current"].get(ver.name) is ver:
             return                          # still the current version: stays
-        reg["versions"].pop(ver.key, None)
+    if ver.heap is None and pool.me == 0 and shared.attached(pool):
+        # a Dask client's: freed once no worker holds it either (shared.py)
+        shared.retire(pool, ver, lambda: _free(pool, ver))
+        return
+    _free(pool, ver)
+    if ver.release is not None:
+        ver.release()
+
+
+def _free(pool, ver):
+    """The version's memory goes (its named server parts released, or its arrays dropped:
+    the pool frees their slabs), unless a reader opened it again meanwhile."""
+    with _lock:
+        if ver.readers > 0:
+            return
+        _registry(pool)["versions"].pop(ver.key, None)
     if ver.heap is not None and not pool.closed:
         kept.release(pool.world, ver.held)
         kept.forget(pool, ver.heap)
@@ -238,11 +256,23 @@ def _make(pool, name, items, metadata, placement, replicas, first):
         old_ver = reg["current"].get(name)
         reg["current"][name] = ver
         reg["versions"][(name, version)] = ver
+    if ver.heap is None and shared.attached(pool):    # its workers open it too
+        shared.publish(pool, ver, lambda n, v: _freed_by_workers(pool, n, v))
     store = Store(pool, ver)
     if old_ver is not None and old_ver.readers == 0:
         old_ver.readers = 1
         _unref(pool, old_ver)
     return store
+
+
+def _freed_by_workers(pool, name, version):
+    """(On the Dask client's event thread.) The last worker holding a retired version of
+    `name` closed it: it goes, unless this process reads it again."""
+    with _lock:
+        ver = _registry(pool)["versions"].get((name, version))
+        if ver is None or ver.readers or _registry(pool)["current"].get(name) is ver:
+            return
+    _free(pool, ver)
 
 
 def _copies(replicas):
@@ -355,9 +385,16 @@ def open(name, *, local=False):
         raise RuntimeError(f"store {name!r} kept changing version while being opened")
     with _lock:
         ver = reg["current"].get(name)
-        if ver is None:
-            raise KeyError(f"no store named {name!r} in this pool")
+        if ver is not None:
+            return Store(pool, ver)
+    if pool.me != 0 and shared.attached(pool):    # a Dask worker: the client's store
+        version, manifest, arrays, release = shared.acquire(pool, name)
+        ver = _Version(name, version, arrays, manifest)
+        ver.key, ver.release = (name, version, object()), release
+        with _lock:
+            reg["versions"][ver.key] = ver
         return Store(pool, ver)
+    raise KeyError(f"no store named {name!r} in this pool")
 
 
 def replicate(name, members, *, timeout=60.0):
@@ -412,6 +449,8 @@ def drop(name):
             raise KeyError(f"no store named {name!r} on the servers")
     elif ver is None:
         raise KeyError(f"no store named {name!r} in this pool")
+    elif pool.me == 0 and shared.attached(pool):
+        shared.withdraw(pool, name)
     if ver is not None and ver.readers == 0:
         ver.readers = 1
         _unref(pool, ver)
