@@ -35,7 +35,7 @@ from collections.abc import Mapping
 import msgpack
 import numpy as np
 
-from . import files, kept, shared
+from . import files, inpool, kept, shared
 from .files import SafetensorsError
 from .kept import PeerLost, ReplicationError
 
@@ -52,6 +52,7 @@ class _Version:
         self.readers = 0
         self.key, self.replica = (name, version), None
         self.release = None     # a Dask worker's: lets the client's version go (shared.py)
+        self.whole = self.backing = self.local = None     # whole copies (inpool.py)
 
     def summary(self):
         nbytes = sum(a.nbytes for a in self.arrays.values())
@@ -60,7 +61,8 @@ class _Version:
         reps = {len(c) for a in self.arrays.values() if a._a.copies
                 for c in a._a.copies} or {1}
         return {"version": self.version, "tensors": len(self.arrays), "bytes": int(nbytes),
-                "replicas": min(reps), "full_replicas": 0, "where": "pool"}
+                "replicas": min(reps), "full_replicas": len(self.whole or ()),
+                "where": "pool"}
 
 
 def _summary(m):
@@ -81,12 +83,12 @@ class Store(Mapping):
     ``np.asarray``-able, ``.to_jax()``-able, sliceable). Keeps its version alive until
     close() (also on ``with`` exit)."""
 
-    def __init__(self, pool, ver):
+    def __init__(self, pool, ver, local=False):
         self._pool, self._ver = pool, ver
         self.name, self.version = ver.name, ver.version
         self.metadata = dict(ver.manifest.get("metadata") or {})
         ver.readers += 1
-        self._arrays = ver.arrays
+        self._arrays = (local and ver.local) or ver.arrays
 
     def __getitem__(self, key):
         if self._arrays is None:
@@ -178,7 +180,7 @@ def _free(pool, ver):
     if ver.heap is not None and not pool.closed:
         kept.release(pool.world, ver.held)
         kept.forget(pool, ver.heap)
-    ver.arrays = {}
+    ver.arrays, ver.whole, ver.backing, ver.local = {}, None, None, None
 
 
 def _check_name(name):
@@ -353,7 +355,10 @@ def open(name, *, local=False):
     """The current version of store `name` as a read-only mapping key -> pool array (a
     Store; close it when done). KeyError if there is no such store. local=True: read from a
     full replica on a memory server of this machine when replicate() made one (else from
-    where the version's parts are)."""
+    where the version's parts are); in a plain script's pool, from the script's own whole
+    copy when it has one. The arrays know every copy of their slabs: a server or member
+    lost while they are read is read around. In a task on a worker of a pool attached to
+    Dask: the client's store (shared.py)."""
     _check_name(name)
     pool = _pool()
     reg = _registry(pool)
@@ -386,7 +391,7 @@ def open(name, *, local=False):
     with _lock:
         ver = reg["current"].get(name)
         if ver is not None:
-            return Store(pool, ver)
+            return Store(pool, ver, local)
     if pool.me != 0 and shared.attached(pool):    # a Dask worker: the client's store
         version, manifest, arrays, release = shared.acquire(pool, name)
         ver = _Version(name, version, arrays, manifest)
@@ -404,11 +409,26 @@ def replicate(name, members, *, timeout=60.0):
     members cost about one transfer, not N). A member whose source fails reads on from the
     version's own parts or their copies (replicas=); with none left, ReplicationError
     names the source and nothing is added. Readers then get a copy on their own machine
-    with open(name, local=True). Returns the servers' addresses that hold a replica."""
+    with open(name, local=True). Returns the servers' addresses that hold a replica.
+
+    In a plain script's pool (init(members=N)): a whole copy on each member of `members`
+    (ranks lending memory, the script 0 included), in the same chain, copied by the script
+    through the members' mapped memory (inpool.py); open() from then on knows every copy,
+    and open(local=True) reads the script's own. Returns the hosts of the members holding
+    a whole copy."""
     _check_name(name)
     pool = _pool()
     if not _on_servers(pool):
-        raise ValueError("replicate() copies a store between memory servers: init(connect=...)")
+        if pool.role != "plain" or pool.me != 0:
+            raise ValueError("replicate() copies a store between memory servers "
+                             "(init(connect=...)) or to a plain script's members, not in "
+                             "SPMD or from a member")
+        members = inpool.check_members(pool, [*members])
+        with _lock:
+            ver = _registry(pool)["current"].get(name)
+        if ver is None:
+            raise KeyError(f"no store named {name!r} in this pool")
+        return inpool.replicate(pool, ver, members, name)
     members = _servers(pool, [*members])
     for _ in range(5):
         manifest = kept.read_manifest(pool.world, name)
