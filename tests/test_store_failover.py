@@ -98,6 +98,8 @@ def test_replicated_store_reads_on_after_its_server_dies(three, model):
     ref = reference(model)
     pt.store.load_safetensors(model, name="m", placement=[1])
     pt.store.replicate("m", [2, 3])
+    pt.store.put("r", ref, placement=[1, 2], replicas=2).close()    # parts' copies
+    r = pt.store.open("r")
     s = pt.store.open("m")
     local = pt.store.open("m", local=True)       # from replica 2 (all on this machine)
     assert serving(s["w"]) == {1} and serving(local["w"]) == {2}
@@ -107,6 +109,10 @@ def test_replicated_store_reads_on_after_its_server_dies(three, model):
     assert 1 not in serving(s["w"])
     for k in ref:
         same(s[k], ref[k])
+        same(r[k], ref[k])                       # its parts on 1 read from 2
+    assert serving(r["w"]) == {2}
+    r.close()
+    pt.store.drop("r")
     got = kill_mid_read(pool, srv[1], local["w"])   # then server 2, under the local copy
     assert "error" not in got, got
     same(got["value"], ref["w"])

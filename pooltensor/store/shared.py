@@ -173,7 +173,8 @@ def acquire(pool, name):
                        ref["slots"])
         if ref["copies"]:
             a.copies = [[tuple(c) for c in cs] for cs in ref["copies"]]
-            pool.keeper.allocs[a] = (("tensor", shape, dtype), len(a.copies[0]))
+            pool.keeper.allocs[a] = ((f"tensor {key!r} of store {name!r}", shape, dtype),
+                                     len(a.copies[0]))
         arrays[key] = ndarray(a, 0, shape, layout.c_strides(shape, dtype.itemsize), dtype)
 
     def release():
