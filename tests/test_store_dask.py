@@ -29,7 +29,7 @@ def _open(name, hold=False):
     open (on the worker) for _read_held/_close_held."""
     s = pt.store.open(name)
     out = {"version": s.version, "me": ptd.process_pool().me,
-           "tensors": {k: digest(a) for k, a in s.items()}}
+           "tensors": {k: digest(a) for k, a in s.items()}, "list": pt.store.list()}
     if hold:
         get_worker().pooltensor_held = s
     else:
@@ -83,12 +83,14 @@ def test_a_worker_opens_the_clients_store(client, tmp_path):
         got = client.submit(_open, "m", hold=w == workers[0], workers=[w],
                             pure=False).result(timeout=60)
         assert got["tensors"] == ref and got["version"] == 1
+        assert got["list"] == {"m": pt.store.list()["m"]}
     v1 = weakref.ref(pt.store.open("m")["w"]._a)       # (closed at once: a temporary)
 
     new = {k: np.asarray(v) + 1 for k, v in t.items()}
     pt.store.publish("m", new).close()
     got = client.submit(_open, "m", workers=[workers[1]], pure=False).result(timeout=60)
     assert got["version"] == 2 and got["tensors"] == {k: digest(v) for k, v in new.items()}
+    assert got["list"]["m"]["version"] == 2
     import gc
     gc.collect()
     assert v1() is not None            # worker 1 still holds version 1: kept

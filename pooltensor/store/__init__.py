@@ -452,6 +452,8 @@ def list():
     pool = _pool()
     if _on_servers(pool):
         return {name: _summary(m) for name, m in kept.listing(pool.world).items()}
+    if pool.me != 0 and shared.attached(pool):    # a Dask worker: the client's stores
+        return shared.listing(pool)
     with _lock:
         return {n: v.summary() for n, v in _registry(pool)["current"].items()}
 

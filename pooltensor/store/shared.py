@@ -11,7 +11,7 @@ Every step is one function run on the scheduler (``run_on_scheduler``), which ru
 on its event loop, so the steps never interleave:
 - ``publish`` (the client, for a new version) and ``withdraw`` (drop);
 - ``acquire`` (a worker's open: the current version, and a reader id holding it) and
-  ``release`` (its close);
+  ``release`` (its close); ``_listing`` (a worker's list());
 - ``retire`` (the client, when its own readers of a replaced or dropped version are gone):
   answers whether workers still hold it; if so, the last ``release`` of it tells the client
   (an event on TOPIC) and the client frees it then.
@@ -86,6 +86,11 @@ def _acquire(token, name, rid, dask_scheduler=None):
     return s["current"], v["data"]
 
 
+def _listing(token, dask_scheduler=None):
+    return {name: s["versions"][s["current"]]["data"]["summary"]
+            for name, s in _stores(dask_scheduler, token).items() if s["current"] is not None}
+
+
 def _release(token, name, version, rid, dask_scheduler=None):
     s = _stores(dask_scheduler, token).get(name)
     v = s and s["versions"].get(version)
@@ -130,7 +135,8 @@ def publish(pool, ver, on_free):
                 on_free(msg["name"], msg["version"])
         client.subscribe_topic(TOPIC, told)
         pool._store_events = True
-    data = {"manifest": ver.manifest, "tensors": {k: _ref(a) for k, a in ver.arrays.items()}}
+    data = {"manifest": ver.manifest, "tensors": {k: _ref(a) for k, a in ver.arrays.items()},
+            "summary": ver.summary()}
     client.run_on_scheduler(_publish, pool.token, ver.name, ver.version, data)
 
 
@@ -154,6 +160,11 @@ def retire(pool, ver, free):
 
 
 # -- a worker ------------------------------------------------------------------------------
+def listing(pool):
+    """In a task on a worker: the client's stores, {name: summary when published}."""
+    return _client(pool).run_on_scheduler(_listing, pool.token)
+
+
 def acquire(pool, name):
     """In a task on a worker of an attached pool: hold the current version of store `name`:
     (version, manifest, {key: ndarray}, release) or KeyError."""
