@@ -113,7 +113,8 @@ for what in (lambda: y.to_numpy(), lambda: y[3], lambda: float(y.sum())):
     try:
         what()
     except PeerLost as e:
-        assert f"member {victim}" in str(e) and e.rank == victim, str(e)
+        who = "member" if mode == "local" else "memory server"
+        assert f"{who} {victim}" in str(e) and e.rank == victim, str(e)
     else:
         raise AssertionError("a read of a lost slab did not raise")
 assert (z.to_numpy() == src[:z.size] * 3).all()
