@@ -1,8 +1,8 @@
 """replicate() in a plain script's pool (init(members=N): member processes on this machine):
 whole copies on the members named, in a chain, read back against the safetensors package's
 reader after the members holding the version's own slabs are SIGKILLed; the script's own
-copy read in place with open(local=True); with no copy left, ReplicationError names the
-member and leaves nothing behind."""
+copy read in place with open(local=True); a source lost before: its replicas= copies are
+read; with no copy left, ReplicationError names the member and leaves nothing behind."""
 import gc
 import signal
 import time
@@ -63,9 +63,15 @@ def test_replicate_to_members_then_lose_the_source(pool, model):
         assert homes(s) == {0}
         for k in ref:
             same(s[k], ref[k])
+    pt.store.load_safetensors(path, name="k", placement=[1, 2], replicas=2).close()
     s = pt.store.open("m")
     assert homes(s) == {1}
     kill(pool, 1)                                     # the version's own slabs
+    pt.store.replicate("k", [3, 0])                   # from the replicas= copies on 2
+    with pt.store.open("k", local=True) as k:
+        assert homes(k) == {0}
+        for key in ref:
+            same(k[key], ref[key])
     for k in ref:
         same(s[k], ref[k])
     assert homes(s) == {2}                            # the chain's first copy
