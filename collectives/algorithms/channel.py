@@ -69,7 +69,12 @@ HDR = 64                      # header bytes in front of each slot's payload
 POISON = 1 << 40              # added to a counter to wake whoever waits on it
 COUNT = POISON - 1            # the chunk count in a counter's low bits
 STAGE_MAX = 16 * 1024         # payloads up to this go with their header in one put
-SLOT_BYTES = int(os.environ.get("POOLTENSOR_CHANNEL_SLOT_BYTES", 256 * 1024))
+# slot payload bytes: over shared memory 256 KiB; where some pair of ranks talks over the
+# network, larger (a chunk costs a message and a wake-up on each side, so large messages want
+# few of them; ring.step picks smaller chunks for smaller messages); the variable sets both
+_SLOT_ENV = os.environ.get("POOLTENSOR_CHANNEL_SLOT_BYTES")
+SLOT_BYTES = int(_SLOT_ENV or 256 * 1024)
+NET_SLOT_BYTES = int(_SLOT_ENV or 1024 * 1024)
 NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
 # every rank gets slots at every other rank (direct.py's all-to-all) in worlds up to this size
 DIRECT_RANKS = int(os.environ.get("POOLTENSOR_DIRECT_RANKS", 8))
@@ -190,11 +195,15 @@ class Channel:
         self.world = world
         self.me, self.n = me, n = world.rank, world.size
         # topology: the hosts (as lists of ranks, ordered by first rank) and their leaders
-        lists = world.allgather_object(list(world.local_ranks))
-        self.hosts = [list(h) for h in sorted({tuple(x) for x in lists})]
+        # with the topology, whether any rank reaches a peer over the network (tcp, verbs):
+        # every rank must lay out its slots alike
+        net = any(t in ("tcp", "verbs") for t in world.transports)
+        lists = world.allgather_object([list(world.local_ranks), net])
+        self.hosts = [list(h) for h in sorted({tuple(x[0]) for x in lists})]
+        self.net = any(x[1] for x in lists)
         self.host_of = {r: h for h, ranks in enumerate(self.hosts) for r in ranks}
         self.groups = [Group(WORLD, range(n), me), Group(LEADERS, [h[0] for h in self.hosts], me)]
-        self.slot_bytes = max(64, SLOT_BYTES // 64 * 64)
+        self.slot_bytes = max(64, (NET_SLOT_BYTES if self.net else SLOT_BYTES) // 64 * 64)
         self.nslots = max(1, NSLOTS)
         self.stride = HDR + self.slot_bytes
         nctr = (2 + 4 * KEEP) * n

@@ -756,9 +756,17 @@ static PyObject *mod_set_spin(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_spin(PyObject *m, PyObject *noargs)
+{
+    return PyFloat_FromDouble(pt_spin() * 1e6);
+}
+
 static PyMethodDef module_methods[] = {
     {"set_spin", mod_set_spin, METH_VARARGS,
      "set_spin(microseconds): how long waits poll before they sleep."},
+    {"spin", mod_spin, METH_NOARGS,
+     "spin() -> microseconds a wait polls now: set_spin's, or a few while more threads are "
+     "runnable than there are CPUs."},
     {"segment_kind", pt_py_segment_kind, METH_NOARGS,
      "segment_kind() -> 'memfd', 'tmpfs' (2 MiB pages where shared memory gets none "
      "otherwise) or 'shm_open': what this process's segments are made of."},

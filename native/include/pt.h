@@ -46,6 +46,9 @@ const char *pt_status_str(pt_status_t st);
 const char *pt_platform(void);
 /* How long every wait polls before it sleeps (process-wide; default $POOLTENSOR_SPIN_US or 20 us). */
 void pt_set_spin(double seconds);
+/* The poll time a wait starts with now: pt_set_spin's, or a few microseconds while more threads
+ * are runnable on this machine than it has CPUs (Linux). */
+double pt_spin(void);
 int pt_last_errno(void);
 
 /* ---- segments: page-aligned shared memory (memfd), mappable by same-host peers ---- */

@@ -58,9 +58,63 @@ double pt__now(void)
 
 static _Atomic double spin_seconds = -1;
 
+/* Spin allowed while the machine is crowded (more threads runnable than CPUs): a few polls. */
+#define CROWDED_SPIN 5e-6
+/* How often the machine's runnable count is read again (seconds). */
+#define CROWD_PERIOD 0.005
+
+#ifdef __linux__
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static _Atomic int64_t crowd_checked_ns; /* when /proc/loadavg was last read */
+static _Atomic int crowded;              /* what it said: runnable threads > CPUs */
+static int ncpu;
+
+/* Whether more threads are runnable on this machine than it has CPUs. A poller then holds a
+ * core that the thread it waits for (a peer's, or this process's tcp server thread) may need,
+ * and yielding does not hand it over when the two sit in different scheduling groups (ranks
+ * that an MPI launcher starts each in a session of its own: sched_yield only reorders the
+ * poller's own group), so the other runs only once the poll ends; a 1 ms poll then costs 1 ms
+ * per hand-off. Read from /proc/loadavg's running count, by one thread at most every
+ * CROWD_PERIOD. */
+static int machine_crowded(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    int64_t last = atomic_load_explicit(&crowd_checked_ns, memory_order_relaxed);
+    if (now - last < (int64_t)(CROWD_PERIOD * 1e9) ||
+        !atomic_compare_exchange_strong(&crowd_checked_ns, &last, now))
+        return atomic_load_explicit(&crowded, memory_order_relaxed);
+    if (ncpu <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        ncpu = n > 0 ? (int)n : 1;
+    }
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC), busy = 0;
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        int running = 0, total = 0;
+        double a, b, c;
+        if (n > 0) {
+            buf[n] = 0;
+            if (sscanf(buf, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) == 5)
+                busy = running > ncpu;
+        }
+    }
+    atomic_store_explicit(&crowded, busy, memory_order_relaxed);
+    return busy;
+}
+#else
+static int machine_crowded(void) { return 0; }
+#endif
+
 /* How long a waiter polls before it blocks. Long enough to catch a peer running on another
  * core (a wake-up from pt_plat_wait costs tens of microseconds), short when ranks outnumber
- * cores. */
+ * cores, and a few polls only while the machine is crowded right now (machine_crowded). */
 double pt__spin_seconds(void)
 {
     double s = atomic_load_explicit(&spin_seconds, memory_order_relaxed);
@@ -70,6 +124,8 @@ double pt__spin_seconds(void)
         s = (us < 0 ? 0 : us) * 1e-6;
         atomic_store(&spin_seconds, s);
     }
+    if (s > CROWDED_SPIN && machine_crowded())
+        return CROWDED_SPIN;
     return s;
 }
 
@@ -78,5 +134,7 @@ void pt__relax(double elapsed)
     if (elapsed > 5e-6)
         sched_yield();
 }
+
+double pt_spin(void) { return pt__spin_seconds(); }
 
 void pt_set_spin(double seconds) { atomic_store(&spin_seconds, seconds < 0 ? 0 : seconds); }
