@@ -141,7 +141,7 @@ elif mode == "compute":
     s = float(a.sum())
     assert abs(s - float(ra.sum(dtype=np.float64))) < 1e-3 * n, s
     assert int(a.argmax()) == int(ra.argmax())
-    assert_eq(a[1:] - b[:-1], ra[1:] - rb[:-1])          # misaligned: this process computes
+    assert_eq(a[1:] - b[:-1], ra[1:] - rb[:-1])          # misaligned: read from the peer
     plans = {k: v - st0.get(k, 0) for k, v in pool.stats()["plans"].items()}
     assert plans.get("run", 0) > 0 and plans.get("fill", 0) > 0 and plans.get("reduce", 0) > 0
     pids = pt.map_blocks(lambda x: np.full(x.shape, os.getpid()), a, dtype=np.float32)
