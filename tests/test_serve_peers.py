@@ -140,17 +140,24 @@ def test_a_server_reads_its_peer_for_a_2d_shift(pool):
 
 # -- faults --------------------------------------------------------------------------------
 
-def _private_servers(tmp_path, n=2):
+def _private_pool(tmp_path, monkeypatch, memory, timeout):
+    """Two servers of this test's own and a pool on them (servers of the test get killed)."""
+    monkeypatch.setenv("POOLTENSOR_MEMBER_WORK_MIN", "0")
     secret = make_secret(tmp_path)
-    return [ServerProc("64MiB", secret).ready() for _ in range(n)], secret
+    servers = [ServerProc("64MiB", secret).ready() for _ in range(2)]
+    pt.finalize()
+    try:
+        pool = pt.init(connect=[s.address for s in servers], secret_file=secret,
+                       slab_size=SLAB, cache_bytes=8 * SLAB, memory=memory, timeout=timeout)
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+    return servers, secret, pool
 
 
 def test_a_peer_lost_mid_operation_is_peerlost_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("POOLTENSOR_MEMBER_WORK_MIN", "0")
-    servers, secret = _private_servers(tmp_path)
-    pt.finalize()
-    pool = pt.init(connect=[s.address for s in servers], secret_file=secret, slab_size=SLAB,
-                   cache_bytes=8 * SLAB, memory=48 << 20, timeout=20)
+    servers, _, pool = _private_pool(tmp_path, monkeypatch, 48 << 20, 20)
     try:
         n = (8 << 20) // 4
         rx = np.arange(n, dtype=np.float32)
@@ -189,11 +196,7 @@ def test_a_peer_lost_mid_operation_is_peerlost_naming_it(tmp_path, monkeypatch):
 
 
 def test_a_restarted_server_gets_no_plans_and_is_not_read_by_its_peers(tmp_path, monkeypatch):
-    monkeypatch.setenv("POOLTENSOR_MEMBER_WORK_MIN", "0")
-    servers, secret = _private_servers(tmp_path)
-    pt.finalize()
-    pool = pt.init(connect=[s.address for s in servers], secret_file=secret, slab_size=SLAB,
-                   cache_bytes=8 * SLAB, memory=24 << 20, timeout=10)
+    servers, secret, pool = _private_pool(tmp_path, monkeypatch, 24 << 20, 10)
     new = None
     try:
         port = servers[1].port
