@@ -3,9 +3,11 @@
 The script is member 0 and contributes no memory; members 1..k are the servers (started with
 ``pooltensor serve``), each giving this process the memory it asked for (collectives.remote).
 Every slab lives on a server and is faulted in over tcp through the slab cache, with the
-prefetcher ahead, exactly as a remote member's slab is in any pool; whole-array work whose
-inputs all live on one server runs on that server (a plan on its control connection:
-ServerChannel), the rest in this process. The Pool is the usual one
+prefetcher ahead, exactly as a remote member's slab is in any pool; whole-array work runs
+on the servers that hold its output (a plan on each one's control connection:
+ServerChannel), each reading the input slabs it does not hold from the other servers
+(pool/serve_work.py); what they cannot do (a strided output, a server that restarted) runs
+in this process. The Pool is the usual one
 with role "client" (one heap per server seen through an rw and an r key; placement over the
 servers only). When the pool is finalized, or the script ends in any way, the control
 connections close and the servers free the memory.
