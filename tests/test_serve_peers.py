@@ -4,8 +4,9 @@ them (pooltensor/pool/serve_work.py), so the script sends plans and moves almost
 
 Two real `pooltensor serve` processes on loopback; the script is this process. Results are
 compared with numpy, and the script's own transfers (pool.stats()) show that the bytes went
-server to server. A server lost in the middle of such an operation is PeerLost naming it; a
-server that restarted is sent no plan (its memory is new)."""
+server to server. A server lost in the middle of such an operation is PeerLost naming it, one that stopped
+answering is Timeout naming it (before the script's own wait runs out); a server that
+restarted is sent no plan (its memory is new)."""
 import os
 import signal
 import threading
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pooltensor as pt
-from collectives.errors import PeerLost
+from collectives.errors import PeerLost, Timeout
 from servers import ServerProc, make_secret
 
 pytestmark = pytest.mark.timeout(180)
@@ -219,3 +220,28 @@ def test_a_restarted_server_gets_no_plans_and_is_not_read_by_its_peers(tmp_path,
             s.stop()
         if new is not None:
             new.stop()
+
+
+def test_a_stopped_peer_is_timeout_naming_it_before_the_script_gives_up(tmp_path, monkeypatch):
+    servers, _, pool = _private_pool(tmp_path, monkeypatch, 24 << 20, 5)
+    try:
+        n = 4 * SLAB // 8
+        rx = np.arange(n, dtype=np.float64)
+        x, y = _on(pool, rx, [1]), _on(pool, -rx, [2])
+        os.kill(servers[1].pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(Timeout) as e:
+                x[1:] + y[:-1]
+        finally:
+            os.kill(servers[1].pid, signal.SIGCONT)
+        # server 1 gave up on its peer first (0.8 of the script's timeout): its error, not
+        # the script's own wait, and the channel is in step for the next operation
+        assert time.monotonic() - t0 < 5, time.monotonic() - t0
+        assert e.value.rank == 2 and e.value.host == servers[1].address, str(e.value)
+        z = x[1:] + y[:-1]
+        np.testing.assert_array_equal(z.to_numpy(), rx[1:] - rx[:-1])
+    finally:
+        pt.finalize()
+        for s in servers:
+            s.stop()

@@ -204,9 +204,9 @@ def _homes(x):
 def servers_reach(pool, target, inputs, written=True):
     """Can the memory servers that home the target's slabs compute them, reading the input
     slabs they do not hold from the servers that do (pool/serve_work.py)? Yes when the target
-    is contiguous or not written (each server writes only the slabs it holds), every home of the target and
-    of every input is a server that reads its peers, and no slab of them was lost (a lost
-    slab's error is raised where it is read: here)."""
+    is contiguous or not written (each server writes only the slabs it holds), every home of
+    the target and of every input is a server that reads its peers, and no slab of them was
+    lost (a lost slab's error is raised where it is read: here)."""
     chans = pool.chans
     if written and not contiguous(target._shape, target._strides, target.itemsize):
         return False
