@@ -182,18 +182,27 @@ class HeapView:
         return 0
 
     def plan(self, peers, timeout):
-        """Before a plan: where the peers are now, and how long a read from one may take."""
+        """Before a plan: where the peers are now, and how long a read from one may take.
+        A read still in flight from the last plan (a peer that stopped answering) is given
+        up at once: its connection closes (the read fails, its frame is never reused), so
+        emptying the cache does not wait it out."""
+        from ..cache.slabs import _done
+        if any(e.req is not None and not _done(e.req) for e in self.cache.entries.values()):
+            self.close_links()
         self.peers = peers
         self.timeout = timeout
         self.cache.timeout = timeout
         for r, p in peers.items():
             self.world.hosts[r] = p[3]
 
-    def close(self):
-        """The client is gone: its connections to the peers go too."""
+    def close_links(self):
         for link in self.links.values():
             link.close()
         self.links.clear()
+
+    def close(self):
+        """The client is gone: its connections to the peers go too."""
+        self.close_links()
         self.cache.clear()
 
 
