@@ -248,3 +248,17 @@ def test_a_stopped_peer_is_timeout_naming_it_before_the_script_gives_up(tmp_path
         pt.finalize()
         for s in servers:
             s.stop()
+
+
+def test_a_strided_output_is_written_by_the_script_not_across_servers(pool):
+    # a strided view's work units cross slab boundaries: a server would have to write
+    # another server's slab, so the script does that work (and the result is numpy's)
+    ref = np.arange(8 * SLAB // 8, dtype=np.float64)
+    x = _on(pool, ref, "interleave")
+    v = x[::2]
+    np.add(v, x[1::2], out=v)
+    ref[::2] += ref[1::2]
+    np.testing.assert_array_equal(x.to_numpy(), ref)
+    np.multiply(v, 3, out=v)
+    ref[::2] *= 3
+    np.testing.assert_array_equal(x.to_numpy(), ref)

@@ -127,7 +127,7 @@ class PeerWindow:
         self.view.fetched += out.nbytes
         return req
 
-    def put(self, rank, offset, data):
+    def put(self, rank, *args):
         raise MemberError(f"a memory server writes only the slabs it holds; this plan would "
                           f"write member {rank}'s")
 

@@ -178,8 +178,10 @@ def doers(pool, target, local_ok=False, inputs=None, written=True):
     a = target._a
     if a.heap == "pv" or target.size == 0:
         return ()
-    if not local_ok and inputs is not None:
-        local_ok = servers_reach(pool, target, inputs, written)
+    if written and not contiguous(target._shape, target._strides, target.itemsize):
+        local_ok = False              # a server's unit of it may cross into another's slab
+    elif not local_ok and inputs is not None:
+        local_ok = servers_reach(pool, target, inputs)
     S = pool.slab_size
     lo, hi = extent(target._off, target._shape, target._strides, target.itemsize)
     per = {}
@@ -201,15 +203,13 @@ def _homes(x):
     return set(x._a.members[lo // S:(hi - 1) // S + 1])
 
 
-def servers_reach(pool, target, inputs, written=True):
+def servers_reach(pool, target, inputs):
     """Can the memory servers that home the target's slabs compute them, reading the input
-    slabs they do not hold from the servers that do (pool/serve_work.py)? Yes when the target
-    is contiguous or not written (each server writes only the slabs it holds), every home of
-    the target and of every input is a server that reads its peers, and no slab of them was
-    lost (a lost slab's error is raised where it is read: here)."""
+    slabs they do not hold from the servers that do (pool/serve_work.py)? Yes when every home
+    of the target and of every input is a server that reads its peers, and no slab of them
+    was lost (a lost slab's error is raised where it is read: here). (A written target must
+    also be contiguous, so that each server writes only the slabs it holds: doers.)"""
     chans = pool.chans
-    if written and not contiguous(target._shape, target._strides, target.itemsize):
-        return False
     reach = {m for m, ch in chans.items() if getattr(ch, "reach", False)}
     for x in [target, *inputs]:
         if not _is_array(x):
