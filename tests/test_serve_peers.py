@@ -4,9 +4,10 @@ them (pooltensor/pool/serve_work.py), so the script sends plans and moves almost
 
 Two real `pooltensor serve` processes on loopback; the script is this process. Results are
 compared with numpy, and the script's own transfers (pool.stats()) show that the bytes went
-server to server. A server lost in the middle of such an operation is PeerLost naming it, one that stopped
-answering is Timeout naming it (before the script's own wait runs out); a server that
-restarted is sent no plan (its memory is new)."""
+server to server. A server lost in the middle of such an operation is PeerLost naming it,
+one that stopped answering is Timeout naming it (before the script's own wait runs out); a
+server that restarted is sent no plan (its memory is new). The netns case is
+test_netns.py's compute scenario (tests/scripts/serve_client.py)."""
 import os
 import signal
 import threading

@@ -115,7 +115,6 @@ class PeerWindow:
             link.ctx.get(1, key, offset, out)
         except _native.Error as e:
             raise_native(e, *where, what="get")
-        self.view.fetched += out.nbytes
         return out
 
     def get_async(self, rank, offset, out):
@@ -124,7 +123,6 @@ class PeerWindow:
             req = Request(link.ctx.get_async(1, key, offset, out), where, "get")
         except _native.Error as e:
             raise_native(e, *where, what="get")
-        self.view.fetched += out.nbytes
         return req
 
     def put(self, rank, *args):
@@ -173,7 +171,6 @@ class HeapView:
         win = PeerWindow(self)
         self.read_win = {"rw": win, "ro": win}
         self.write_win = {"rw": win, "ro": win}
-        self.fetched = 0            # bytes read from peers (the server's log, tests)
 
     def check_open(self):
         pass
