@@ -10,10 +10,12 @@ the pool (so every member holds its share), then:
 - fused: map_blocks(a*b+c)        (the chain per slab, no temporary in the pool)
 - sum:   a.sum()
 - sin:   np.sin(a) * 2 + b        (compute-bound)
+- shift: a[1:] + b[:-1]           (operands misaligned: each home reads its peers' slabs)
 
 Configurations: a plain script with --members member processes (each computes the slabs it
-homes), the same script on --servers memory servers on loopback (the script computes, the
-servers only hold memory), and SPMD under ``mpiexec -n 2`` for reference.
+homes), the same script on --servers memory servers on loopback (each server computes the
+slabs it holds, reading the others' one-sided), and SPMD under ``mpiexec -n 2`` for
+reference.
 
 Peers in the same run: one numpy process on the whole arrays (this process) and two numpy
 processes each on half of them at the same time (what this machine can do for memory-bound
@@ -46,7 +48,7 @@ sys.path.append(os.path.dirname(HERE))
 import pooltensor as pt  # noqa: E402
 from pooltensor.pool.runtime import _launched  # noqa: E402
 
-OPS = ("ew", "ew2", "fused", "sum", "sin")
+OPS = ("ew", "ew2", "fused", "sum", "sin", "shift")
 
 
 def parse():
@@ -78,12 +80,14 @@ def _named(a, b, c):
 def ours_ops(a, b, c):
     return {"ew": lambda: a * b + c, "ew2": lambda: _named(a, b, c),
             "fused": lambda: pt.map_blocks(_fma, a, b, c),
-            "sum": lambda: a.sum(), "sin": lambda: np.sin(a) * 2 + b}
+            "sum": lambda: a.sum(), "sin": lambda: np.sin(a) * 2 + b,
+            "shift": lambda: a[1:] + b[:-1]}
 
 
 def numpy_ops(a, b, c):
     return {"ew": lambda: a * b + c, "ew2": lambda: _named(a, b, c), "fused": lambda: a * b + c,
-            "sum": lambda: a.sum(), "sin": lambda: np.sin(a) * 2 + b}
+            "sum": lambda: a.sum(), "sin": lambda: np.sin(a) * 2 + b,
+            "shift": lambda: a[1:] + b[:-1]}
 
 
 def seeded(n, seed):

@@ -95,11 +95,13 @@ def ns_servers(netns, tmp_path):
     secret = make_secret(tmp_path)
     a = ServerProc("64MiB", secret, host=netns["addrs"][1], port=7000, ns=netns["names"][1])
     b = ServerProc("64MiB", secret, host=netns["addrs"][2], port=7000, ns=netns["names"][2])
-    a.ready()
-    b.ready()
-    yield (a, b), secret
-    a.stop()
-    b.stop()
+    try:                    # (one that did not start must not leave the other holding 7000)
+        a.ready()
+        b.ready()
+        yield (a, b), secret
+    finally:
+        a.stop()
+        b.stop()
 
 
 def test_servers_across_hosts(ns_servers):

@@ -391,7 +391,8 @@ def run(kernel, outs, operands, fill=False, fresh=False, what=None):
         ops.append(_Op(v, len(shape)))
     # a plain script's members compute the units they home (pool/work.py)
     if not coll and pool.chans and getattr(kernel, "PLAN_OK", False):
-        doers = work.doers(pool, x, local_ok=work.aligned(x, list(outs[1:]) + values))
+        doers = work.doers(pool, x, local_ok=work.aligned(x, list(outs[1:]) + values),
+                           inputs=values if work.aligned(x, outs[1:]) else None)
         if getattr(kernel, "fn", None) is not None:       # user code: where it is allowed
             doers = tuple(m for m in doers if getattr(pool.chans[m], "allow_code", True))
 

@@ -291,7 +291,8 @@ def partials_here(job, flat):
 def _delegated(job, flat, pool):
     """A plain script whose members compute: fold this process's share, then the members'
     partials in member order (the same order every time: the same bytes every time)."""
-    got = work.share(pool, work.doers(pool, job.x, local_ok=flat), ("reduce", job, flat),
+    doers = work.doers(pool, job.x, local_ok=flat, inputs=[job.x], written=False)
+    got = work.share(pool, doers, ("reduce", job, flat),
                      lambda handled: _accumulate(job, _work(job, flat, handled, tiles.Scratch(),
                                                             True), {}))
     if got is None:

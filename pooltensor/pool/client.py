@@ -3,9 +3,11 @@
 The script is member 0 and contributes no memory; members 1..k are the servers (started with
 ``pooltensor serve``), each giving this process the memory it asked for (collectives.remote).
 Every slab lives on a server and is faulted in over tcp through the slab cache, with the
-prefetcher ahead, exactly as a remote member's slab is in any pool; whole-array work whose
-inputs all live on one server runs on that server (a plan on its control connection:
-ServerChannel), the rest in this process. The Pool is the usual one
+prefetcher ahead, exactly as a remote member's slab is in any pool; whole-array work runs
+on the servers that hold its output (a plan on each one's control connection:
+ServerChannel), each reading the input slabs it does not hold from the other servers
+(pool/serve_work.py); what they cannot do (a strided output, a server that restarted) runs
+in this process. The Pool is the usual one
 with role "client" (one heap per server seen through an rw and an r key; placement over the
 servers only). When the pool is finalized, or the script ends in any way, the control
 connections close and the servers free the memory.
@@ -29,21 +31,37 @@ log = logging.getLogger("pooltensor")
 
 class ServerChannel:
     """Plans to one memory server, on its control connection (pool/work.py's Round speaks to
-    it as to a member's socket pair). The server computes only work whose inputs all live on
-    it (aligned_only), and runs no user code unless started with --allow-code."""
+    it as to a member's socket pair). A server reads the input slabs it does not hold from
+    the other servers that take plans (reach: pool/serve_work.py), or, an older one, computes
+    only work whose inputs all live on it (aligned_only). It runs no user code unless started
+    with --allow-code."""
 
     aligned_only = True
 
-    def __init__(self, srv, heap_id, rank, world_size, slab):
-        self.srv, self.peer = srv, rank
+    def __init__(self, srv, heap_id, rank, world_size, slab, pool):
+        self.srv, self.peer, self.pool = srv, rank, pool
         self.allow_code = bool(srv.facts.get("code", False))     # --allow-code
+        self.reach = bool(srv.facts.get("peers", False))
         self.head = {"op": "plan", "id": heap_id, "rank": rank, "world": world_size,
                      "slab": slab}
 
+    def peers(self):
+        """The other servers this one may read from: those that still take plans (a server
+        that restarted holds none of the slabs a plan names: pool/rejoin.py)."""
+        pool, world = self.pool, self.pool.world
+        keys = pool.win_ro._keys
+        return [[r, world.server(r).ip, world.server(r).data_port, int(keys[r]),
+                 world.hosts[r]] for r, ch in sorted(pool.chans.items())
+                if r != self.peer and getattr(ch, "reach", False)]
+
     def send(self, data):
+        head = self.head
+        if self.reach:       # a read from a peer gives up a little before this process
+            head = dict(head, peers=self.peers(),      # does: PeerLost naming it, no Timeout
+                        timeout=max(1.0, 0.8 * float(self.pool.timeout)))
         self.srv.lock.acquire()            # held until the reply is read (recv)
         try:
-            _ctl.send_frame(self.srv.sock, dict(self.head, data=data))
+            _ctl.send_frame(self.srv.sock, dict(head, data=data))
         except (OSError, _ctl.ProtocolError) as e:
             self.srv.lock.release()
             raise PeerLost(f"memory server's control connection failed: {e}",
@@ -113,7 +131,7 @@ def start(connect, *, secret_file=None, memory=None, timeout=None, partition=Non
         world.close()
         raise
     ids = world.allocation_ids(pool.win_rw.buffer)
-    pool.chans = {r: ServerChannel(world.server(r), ids[r], r, world.size, pool.slab_size)
+    pool.chans = {r: ServerChannel(world.server(r), ids[r], r, world.size, pool.slab_size, pool)
                   for r in range(1, world.size) if world.server(r).facts.get("plans")}
     pool.exclusive = False              # the servers write the slabs they compute
     Rejoiner(pool).start()

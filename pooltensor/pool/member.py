@@ -83,12 +83,14 @@ def build(world, cfg):
 class Ahead:
     """Fresh memory made ready on the member's own time: between plans, the pages just past the
     highest slot any plan has used here are faulted in (populate(), a chunk at a time, so a
-    plan that arrives waits for one chunk at most). The allocator hands out touched slots first
-    and grows upwards, so the next new array's slabs here are most likely ready when its first
-    write comes. At most $POOLTENSOR_PREPARE bytes (default 256 MiB, 0: off) ahead, and never
-    more than a quarter of the heap."""
+    plan that arrives waits for one chunk at most: on a virtual machine without huge pages
+    for shared memory a page costs microseconds, 16 MiB tens of milliseconds, so a chunk is
+    1 MiB and a plan starts within about a millisecond). The allocator hands out touched
+    slots first and grows upwards, so the next new array's slabs here are most likely ready
+    when its first write comes. At most $POOLTENSOR_PREPARE bytes (default 256 MiB, 0: off)
+    ahead, and never more than a quarter of the heap."""
 
-    CHUNK = 16 << 20
+    CHUNK = 1 << 20
 
     def __init__(self, pool):
         self.pool = pool

@@ -49,6 +49,7 @@ from collectives import control as _ctl
 from collectives.rendezvous.bootstrap import machine_identity, parse_address
 
 from . import partitions as _partitions
+from .serve_work import _Hostile, close_views, run_plan
 from .sizes import parse_bytes  # noqa: F401  (the command's, and the tests')
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -144,10 +145,6 @@ def stderr_log():
     return _logger.info
 
 
-class _Hostile(Exception):
-    """A control message that breaks the protocol: the connection is closed."""
-
-
 class _Alloc:
     __slots__ = ("id", "seg", "size", "keys", "released", "partition", "lent")
 
@@ -156,44 +153,6 @@ class _Alloc:
         self.partition = partition
         self.lent = lent            # bytes counted against --memory (leases.py: lend)
         self.released = False
-
-
-class HeapView:
-    """What the executors see of a pool when a server runs a client's plan: one allocation of
-    this server (the client's heap here, both its rw and r keys) as the member `me` of the
-    client's pool. It reads nothing from other members: the client sends a server only work
-    whose inputs all live here (work.doers), and a read that would need another member fails
-    with a clear error instead of reaching out."""
-
-    role = "server"
-    spmd = coherent = exclusive = closed = False
-    max_prefetch = 0
-
-    def __init__(self, alloc, me, size, slab, allow_code):
-        import numpy as np
-        from ..cache.slabs import SlabCache
-        buf = np.frombuffer(memoryview(alloc.seg), np.uint8)
-        self.me, self.size, self.slab_size = me, size, slab
-        self.local = {"rw": buf, "ro": buf, "pv": None}
-        self.mapped, self.mapped_w, self.chans, self.plans, self.used_hi = {}, {}, {}, {}, {}
-        self.views = {}
-        self.capacity = [0] * size
-        self.capacity[me] = alloc.size
-        self.nslabs = [c // slab for c in self.capacity]
-        self.cache = SlabCache(slab, 2 * slab)
-        self.timeout = 60.0
-        self.allow_code = allow_code
-
-    def check_open(self):
-        pass
-
-    @property
-    def read_win(self):
-        from .channel import MemberError
-        raise MemberError("a memory server reads only the slabs it holds; this plan needs "
-                          "another member's")
-
-    write_win = read_win
 
 
 class _Client:
@@ -392,6 +351,7 @@ class Server:
                      "pid": os.getpid(), "host": socket.gethostname(),
                      "machine": machine_identity(),      # where replicas go (pool/replicas.py)
                      "plans": self._handle is not None, "code": self.allow_code,
+                     "peers": self._handle is not None,   # plans read other servers (serve_work)
                      "lease": self.lease}     # clients lend in leases of this (leases.py)
             if not _ctl.server_handshake(c.sock, self._secret, facts, deadline,
                                          lambda: self._admit(c)):
@@ -415,7 +375,7 @@ class Server:
                 c.sock.close()
             except OSError:
                 pass
-            c.views.clear()
+            close_views(c)
             self.names.ended(c)
             freed = sum(a.size for a in c.allocs.values())
             n = len(c.allocs)
@@ -482,7 +442,7 @@ class Server:
             self._release(a)
             return {"ok": True, "free": self.free}
         if op == "plan":
-            return self._plan(c, msg)
+            return run_plan(self, c, msg)
         if op == "partition":
             return _partitions.join(self, c, msg.get("name"))
         if op == "lend":
@@ -503,27 +463,6 @@ class Server:
                     "partitions": self.ledger.stats(), "partition": c.partition,
                     "tcp": self._ctx.tcp_stats() if self._ctx is not None else {}}
         raise _Hostile(f"unknown op {op!r}")
-
-    def _plan(self, c, msg):
-        """Run a client's plan on the memory it was given here (work.py's vocabulary; user code
-        only with --allow-code). The client says which allocation holds its heap, its rank for
-        this server, the world size and the slab size; all are checked."""
-        aid, rank, size, slab = (msg.get(k) for k in ("id", "rank", "world", "slab"))
-        data = msg.get("data")
-        if not all(isinstance(v, int) and not isinstance(v, bool)
-                   for v in (aid, rank, size, slab)) or not isinstance(data, bytes):
-            raise _Hostile("plan needs integer id, rank, world and slab, and bytes data")
-        if self._handle is None:
-            return {"ok": False, "error": "this server runs no plans"}
-        a = c.allocs.get(aid)
-        if a is None:
-            return {"ok": False, "error": f"no allocation {aid} on this connection"}
-        if slab <= 0 or slab & (slab - 1) or a.size % slab or not 0 < rank < size <= 4096:
-            return {"ok": False, "error": "bad slab size, rank or world size in a plan"}
-        view = c.views.get(aid)
-        if view is None or view.slab_size != slab or view.me != rank:
-            view = c.views[aid] = HeapView(a, rank, size, slab, self.allow_code)
-        return {"ok": True, "data": self._handle(view, data)}
 
     def _alloc(self, c, size, access, lent=None):
         if size <= 0:

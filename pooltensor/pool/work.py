@@ -25,7 +25,7 @@ import numpy as np
 
 from collectives.errors import PeerLost, Timeout
 
-from ..cache.layout import extent
+from ..cache.layout import contiguous, extent
 from .channel import MemberError
 from .allocation import Allocation
 
@@ -164,17 +164,24 @@ def work_min():
         raise ValueError(f"${ENV_MIN} must be a number of bytes, not {v!r}") from None
 
 
-def doers(pool, target, local_ok=False):
+def doers(pool, target, local_ok=False, inputs=None, written=True):
     """The members that compute their own part of an operation whose output is `target` (a
     pool array): a plain script's member processes, and memory servers when local_ok (every
-    input of the work a server would do lives on it), that home at least work_min() bytes of
-    it. Empty outside such pools."""
+    input of the work a server would do lives on it) or when the servers can read the
+    inputs from each other (see servers_reach; inputs: the operation's pool arrays, None
+    when a server could not do its part that way; written: False when the operation only
+    reads the target, a reduction), that home at least work_min() bytes of it. Empty outside
+    such pools."""
     chans = getattr(pool, "chans", None)
     if not chans or pool.closed:
         return ()
     a = target._a
     if a.heap == "pv" or target.size == 0:
         return ()
+    if written and not contiguous(target._shape, target._strides, target.itemsize):
+        local_ok = False              # a server's unit of it may cross into another's slab
+    elif not local_ok and inputs is not None:
+        local_ok = servers_reach(pool, target, inputs)
     S = pool.slab_size
     lo, hi = extent(target._off, target._shape, target._strides, target.itemsize)
     per = {}
@@ -185,6 +192,31 @@ def doers(pool, target, local_ok=False):
             per[m] = per.get(m, 0) + S
     least = work_min()
     return tuple(sorted(m for m, b in per.items() if b >= least))
+
+
+def _homes(x):
+    """The members that home the slabs of pool array x's view."""
+    if x.size == 0:
+        return set()
+    S = x._a.pool.slab_size
+    lo, hi = extent(x._off, x._shape, x._strides, x.itemsize)
+    return set(x._a.members[lo // S:(hi - 1) // S + 1])
+
+
+def servers_reach(pool, target, inputs):
+    """Can the memory servers that home the target's slabs compute them, reading the input
+    slabs they do not hold from the servers that do (pool/serve_work.py)? Yes when every home
+    of the target and of every input is a server that reads its peers, and no slab of them
+    was lost (a lost slab's error is raised where it is read: here). (A written target must
+    also be contiguous, so that each server writes only the slabs it holds: doers.)"""
+    chans = pool.chans
+    reach = {m for m, ch in chans.items() if getattr(ch, "reach", False)}
+    for x in [target, *inputs]:
+        if not _is_array(x):
+            continue
+        if x._a.lost or not _homes(x) <= reach:
+            return False
+    return True
 
 
 class Round:

@@ -1,0 +1,265 @@
+"""Memory servers compute work whose inputs live on other servers: each server computes the
+output slabs it holds and reads the input slabs it does not hold from the server that holds
+them (pooltensor/pool/serve_work.py), so the script sends plans and moves almost no bytes.
+
+Two real `pooltensor serve` processes on loopback; the script is this process. Results are
+compared with numpy, and the script's own transfers (pool.stats()) show that the bytes went
+server to server. A server lost in the middle of such an operation is PeerLost naming it,
+one that stopped answering is Timeout naming it (before the script's own wait runs out); a
+server that restarted is sent no plan (its memory is new). The netns case is
+test_netns.py's compute scenario (tests/scripts/serve_client.py)."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pooltensor as pt
+from collectives.errors import PeerLost, Timeout
+from servers import ServerProc, make_secret
+
+pytestmark = pytest.mark.timeout(180)
+SLAB = 1 << 16
+PLACES = ["block", "interleave", [1], [2], [2, 1]]
+
+
+def _until(cond, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return cond()
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    secret = make_secret(tmp_path_factory.mktemp("peers"))
+    servers = [ServerProc("64MiB", secret).ready() for _ in range(2)]
+    yield servers, secret
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def pool(two):
+    servers, secret = two
+    old = os.environ.get("POOLTENSOR_MEMBER_WORK_MIN")
+    os.environ["POOLTENSOR_MEMBER_WORK_MIN"] = "0"       # small arrays: servers work too
+    pt.finalize()
+    p = pt.init(connect=[s.address for s in servers], secret_file=secret, slab_size=SLAB,
+                cache_bytes=8 * SLAB, memory=48 << 20)
+    try:
+        assert all(ch.reach for ch in p.chans.values())
+        yield p
+    finally:
+        pt.finalize()
+        if old is None:
+            os.environ.pop("POOLTENSOR_MEMBER_WORK_MIN")
+        else:
+            os.environ["POOLTENSOR_MEMBER_WORK_MIN"] = old
+
+
+def _moved(pool):
+    """Bytes this process got and put over tcp so far."""
+    lat = pool.stats()["transfers"]["latency"].get("tcp", {})
+    return sum(v["bytes"] for op, v in lat.items() if op in ("get", "put"))
+
+
+def _plans(pool, kind):
+    return pool.stats()["plans"].get(kind, 0)
+
+
+def _on(pool, ref, placement):
+    return pt.asarray(ref, placement=placement)
+
+
+def test_misaligned_operands_are_computed_by_the_servers(pool):
+    n = 12 * SLAB // 4 + 5
+    rx = np.arange(n, dtype=np.float32) * 0.25
+    ry = np.cos(np.arange(n, dtype=np.float32))
+    x = _on(pool, rx, [1])
+    y = _on(pool, ry, [2])
+    runs, moved = _plans(pool, "run"), _moved(pool)
+    z = x[3:] * 2 + y[:-3]                      # z on server 1, y's slabs on server 2
+    assert _plans(pool, "run") > runs
+    assert _moved(pool) - moved < SLAB, "the script moved the operands itself"
+    np.testing.assert_array_equal(z.to_numpy(), rx[3:] * 2 + ry[:-3])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(n=st.integers(1, 6 * SLAB // 4), a=st.integers(0, 3000), b=st.integers(0, 3000),
+       px=st.sampled_from(PLACES), py=st.sampled_from(PLACES), pz=st.sampled_from(PLACES),
+       op=st.sampled_from([np.add, np.subtract, np.multiply, np.maximum, np.arctan2]),
+       dtype=st.sampled_from([np.float32, np.float64, np.int32]), use_out=st.booleans())
+def test_elementwise_across_servers_matches_numpy(pool, n, a, b, px, py, pz, op, dtype,
+                                                  use_out):
+    if op is np.arctan2 and dtype == np.int32:
+        dtype = np.float64
+    rng = np.random.default_rng(n + 7 * a + 13 * b)
+    m = n + max(a, b)
+    rx = (rng.standard_normal(m) * 100).astype(dtype)
+    ry = (rng.standard_normal(m) * 100).astype(dtype)
+    x, y = _on(pool, rx, px), _on(pool, ry, py)
+    want = op(rx[a:a + n], ry[b:b + n])
+    moved = _moved(pool)
+    if use_out:
+        z = pt.empty(n, dtype=want.dtype, placement=pz)
+        got = op(x[a:a + n], y[b:b + n], out=z)
+        assert got is z
+    else:
+        got = op(x[a:a + n], y[b:b + n])
+    assert _moved(pool) - moved < SLAB
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=st.integers(1, 300), cols=st.integers(1, 200), r0=st.integers(0, 5),
+       c0=st.integers(0, 5), step=st.sampled_from([1, 2, 3]), px=st.sampled_from(PLACES),
+       axis=st.sampled_from([None, 0, 1]), red=st.sampled_from(["sum", "max", "min"]))
+def test_reductions_across_servers_match_numpy(pool, rows, cols, r0, c0, step, px, axis, red):
+    rng = np.random.default_rng(rows * 1000 + cols)
+    ref = rng.integers(-1000, 1000, (rows + r0, cols + c0), dtype=np.int64)
+    x = _on(pool, ref, px)
+    v, rv = x[r0:, c0::step], ref[r0:, c0::step]
+    moved = _moved(pool)
+    got = getattr(v, red)(axis=axis)
+    assert _moved(pool) - moved < SLAB, "the script read the slabs itself"
+    np.testing.assert_array_equal(np.asarray(got), getattr(rv, red)(axis=axis))
+
+
+def test_a_server_reads_its_peer_for_a_2d_shift(pool):
+    ref = np.arange(400 * 300, dtype=np.float64).reshape(400, 300)
+    x, y = _on(pool, ref, "interleave"), _on(pool, -ref, [2, 1])
+    runs, moved = _plans(pool, "run"), _moved(pool)
+    z = x[1:, :-1] + y[:-1, 1:]
+    assert _plans(pool, "run") > runs and _moved(pool) - moved < SLAB
+    np.testing.assert_array_equal(z.to_numpy(), ref[1:, :-1] - ref[:-1, 1:])
+    assert float(z.sum()) == float((ref[1:, :-1] - ref[:-1, 1:]).sum())
+
+
+# -- faults --------------------------------------------------------------------------------
+
+def _private_pool(tmp_path, monkeypatch, memory, timeout):
+    """Two servers of this test's own and a pool on them (servers of the test get killed)."""
+    monkeypatch.setenv("POOLTENSOR_MEMBER_WORK_MIN", "0")
+    secret = make_secret(tmp_path)
+    servers = [ServerProc("64MiB", secret).ready() for _ in range(2)]
+    pt.finalize()
+    try:
+        pool = pt.init(connect=[s.address for s in servers], secret_file=secret,
+                       slab_size=SLAB, cache_bytes=8 * SLAB, memory=memory, timeout=timeout)
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+    return servers, secret, pool
+
+
+def test_a_peer_lost_mid_operation_is_peerlost_naming_it(tmp_path, monkeypatch):
+    servers, _, pool = _private_pool(tmp_path, monkeypatch, 48 << 20, 20)
+    try:
+        n = (8 << 20) // 4
+        rx = np.arange(n, dtype=np.float32)
+        x = _on(pool, rx, [1])
+        y = _on(pool, rx * 2, [2])
+        # server 2 stopped: server 1 is waiting for its slabs when it dies
+        os.kill(servers[1].pid, signal.SIGSTOP)
+        got = {}
+
+        def op():
+            try:
+                got["z"] = x[1:] + y[:-1]               # only server 1 homes the result
+            except BaseException as e:                  # noqa: BLE001
+                got["err"] = e
+        t = threading.Thread(target=op)
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive(), got                       # waiting on the stopped server
+        os.kill(servers[1].pid, signal.SIGKILL)
+        servers[1].wait()
+        t.join(30)
+        assert not t.is_alive(), "hung after the peer died"
+        assert time.monotonic() - t0 < 15
+        assert "z" not in got, "a result was returned"
+        e = got["err"]
+        assert isinstance(e, PeerLost), repr(e)
+        assert e.rank == 2 and e.host == servers[1].address, (e.rank, e.host, str(e))
+        assert "member 1" in " ".join(getattr(e, "__notes__", [])), e.__notes__
+        # what server 1 holds is intact and readable
+        np.testing.assert_array_equal(x[:1000].to_numpy(), rx[:1000])
+    finally:
+        pt.finalize()
+        for s in servers:
+            s.stop()
+
+
+def test_a_restarted_server_gets_no_plans_and_is_not_read_by_its_peers(tmp_path, monkeypatch):
+    servers, secret, pool = _private_pool(tmp_path, monkeypatch, 24 << 20, 10)
+    new = None
+    try:
+        port = servers[1].port
+        os.kill(servers[1].pid, signal.SIGKILL)
+        servers[1].wait()
+        new = ServerProc("64MiB", secret, port=port).ready()
+        assert _until(lambda: pool.world.restarts[2] == 1, 20), "not rejoined"
+        assert 2 not in pool.chans
+        assert all(2 not in [p[0] for p in ch.peers()] for ch in pool.chans.values())
+        n = 4 * SLAB // 8
+        rx = np.arange(n, dtype=np.float64)
+        x, y = _on(pool, rx, [1]), _on(pool, -rx, [2])
+        runs = _plans(pool, "run")
+        z = x[1:] + y[:-1]
+        assert _plans(pool, "run") == runs          # computed here: server 2 is not trusted
+        np.testing.assert_array_equal(z.to_numpy(), rx[1:] - rx[:-1])
+    finally:
+        pt.finalize()
+        for s in servers:
+            s.stop()
+        if new is not None:
+            new.stop()
+
+
+def test_a_stopped_peer_is_timeout_naming_it_before_the_script_gives_up(tmp_path, monkeypatch):
+    servers, _, pool = _private_pool(tmp_path, monkeypatch, 24 << 20, 5)
+    try:
+        n = 4 * SLAB // 8
+        rx = np.arange(n, dtype=np.float64)
+        x, y = _on(pool, rx, [1]), _on(pool, -rx, [2])
+        os.kill(servers[1].pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(Timeout) as e:
+                x[1:] + y[:-1]
+            # server 1 gave up on its peer first (0.8 of the script's timeout): its error,
+            # not the script's own wait, and the channel is in step for the next operation
+            assert time.monotonic() - t0 < 5, time.monotonic() - t0
+            assert e.value.rank == 2 and e.value.host == servers[1].address, str(e.value)
+            t0 = time.monotonic()           # work of server 1 alone does not wait for it
+            np.testing.assert_array_equal((x * 2).to_numpy(), rx * 2)
+            assert time.monotonic() - t0 < 2, time.monotonic() - t0
+        finally:
+            os.kill(servers[1].pid, signal.SIGCONT)
+        z = x[1:] + y[:-1]
+        np.testing.assert_array_equal(z.to_numpy(), rx[1:] - rx[:-1])
+    finally:
+        pt.finalize()
+        for s in servers:
+            s.stop()
+
+
+def test_a_strided_output_is_written_by_the_script_not_across_servers(pool):
+    # a strided view's work units cross slab boundaries: a server would have to write
+    # another server's slab, so the script does that work (and the result is numpy's)
+    ref = np.arange(8 * SLAB // 8, dtype=np.float64)
+    x = _on(pool, ref, "interleave")
+    v = x[::2]
+    np.add(v, x[1::2], out=v)
+    ref[::2] += ref[1::2]
+    np.testing.assert_array_equal(x.to_numpy(), ref)
+    np.multiply(v, 3, out=v)
+    ref[::2] *= 3
+    np.testing.assert_array_equal(x.to_numpy(), ref)
