@@ -1,0 +1,105 @@
+"""The shared-memory team's single-copy allgather (members read each other's inputs with
+cross-memory attach, from 256 KiB of output): sizes around where it starts, against numpy.
+
+  sizes      odd byte counts just under, at and over the threshold (int8), wider dtypes,
+             2-D, in place, empty and a large odd one; every rank's result equals the stacked
+             inputs; then the team says whether it went single-copy (expected where the
+             system allows reading a sibling process, argv[2] == "expect")
+  fallback   rank 1 sets POOLTENSOR_TEAM_CMA=0: the whole team stays on the staging slots
+             (single_copy() == 0 on every rank) and the results are the same
+  jit        the same sizes inside jax.jit (the XLA handler calls the team itself): equal
+             to numpy, and the calls after the first finished in the handler
+  mismatch   rank 0 starts single-copy at 1 MiB, the others at 256 KiB: a 512 KiB call is a
+             CollectiveMismatch on every rank (not a hang), and the world works after
+Prints "<mode> ok".
+"""
+import os
+import sys
+
+import numpy as np
+
+import collectives
+from collectives.errors import CollectiveMismatch
+
+mode = sys.argv[1]
+world = collectives.init()
+rank, size = world.rank, world.size
+THRESHOLD = 256 << 10
+if mode == "fallback" and rank == 1:
+    os.environ["POOLTENSOR_TEAM_CMA"] = "0"
+if mode == "mismatch" and rank == 0:
+    os.environ["POOLTENSOR_TEAM_CMA_MIN"] = str(1 << 20)
+
+
+def data(r, dtype, shape):
+    rng = np.random.default_rng(1000 + r)
+    return rng.integers(-100, 100, size=shape).astype(dtype)
+
+
+def check(dtype, shape, inplace=False):
+    mine = data(rank, dtype, shape)
+    want = np.stack([data(r, dtype, shape) for r in range(size)])
+    if inplace:
+        out = np.full((size,) + tuple(shape), 7, dtype)
+        out[rank] = mine
+        res = collectives.allgather(out[rank], out=out)
+        assert res is out
+    else:
+        res = collectives.allgather(mine)
+    assert res.shape == want.shape and res.dtype == want.dtype, (res.shape, res.dtype)
+    assert np.array_equal(res, want), f"allgather {dtype} {shape} inplace={inplace} differs"
+
+
+def sweep():
+    at = -(-THRESHOLD // size)            # the smallest input whose output reaches it
+    for b in (at - 3, at - 1, at, at + 1, at + 5, 2 * at + 7):
+        check(np.int8, (b,))
+    check(np.int8, (at,), inplace=True)
+    check(np.float32, (at // 4 + 1,))
+    check(np.float64, (3, at // 24 + 1))
+    check(np.float64, (at // 8 + 3,), inplace=True)
+    check(np.int16, (0,))
+    check(np.int8, (3_000_017,))
+    check(np.int8, (5,))
+
+
+team = None
+if mode in ("sizes", "fallback"):
+    sweep()
+    team = world._get_team("world").native
+    got = team.single_copy()
+    if mode == "fallback":
+        assert got == 0, f"rank {rank}: single_copy() {got} with a member that refuses it"
+    elif len(sys.argv) > 2 and sys.argv[2] == "expect":
+        assert got == 1, f"rank {rank}: single_copy() {got} where the system allows it"
+    else:
+        assert got in (0, 1), got
+elif mode == "jit":
+    import jax
+    import jax.numpy as jnp
+
+    import collectives.jax as cj
+
+    gather = jax.jit(cj.allgather)
+    at = -(-THRESHOLD // size)
+    cases = [(np.int8, (at - 1,)), (np.int8, (at,)), (np.int8, (at + 3,)),
+             (np.float32, (3, at // 12 + 1)), (np.int8, (1_500_007,))]
+    gather(jnp.zeros(4, jnp.int8)).block_until_ready()       # the team, the fast path
+    before = cj.stats()["fast"]
+    for dtype, shape in cases:
+        want = np.stack([data(r, dtype, shape) for r in range(size)])
+        got = np.asarray(gather(jnp.asarray(data(rank, dtype, shape))))
+        assert np.array_equal(got, want), f"jit allgather {dtype} {shape} differs"
+    assert cj.stats()["fast"] - before == len(cases), cj.stats()
+elif mode == "mismatch":
+    x = np.ones((512 << 10) // size, np.int8)
+    try:
+        collectives.allgather(x)
+    except CollectiveMismatch:
+        pass
+    else:
+        raise AssertionError(f"rank {rank}: no CollectiveMismatch")
+    check(np.int8, (1000,))
+    check(np.int8, (2 << 20,))
+print(f"{mode} ok", flush=True)
+collectives.finalize()
