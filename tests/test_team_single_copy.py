@@ -1,4 +1,4 @@
-"""The team's single-copy allgather (native/src/team/team.c): real ranks, results against
+"""The team's single-copy allgather and allreduce (native/src/team/team.c): real ranks, results against
 numpy around the size where it starts, the team's agreement when a member refuses it, and
 ranks that would take different paths (tests/scripts/team_single_copy.py)."""
 import importlib.util

@@ -1,13 +1,15 @@
-"""The shared-memory team's single-copy allgather (members read each other's inputs with
-cross-memory attach, from 256 KiB of output): sizes around where it starts, against numpy.
+"""The shared-memory team's single-copy allgather and two-shot allreduce (members read each
+other's inputs, and parts, with cross-memory attach, from 256 KiB of output): sizes around where
+it starts, against numpy.
 
-  sizes      odd byte counts just under, at and over the threshold (int8), wider dtypes,
-             2-D, in place, empty and a large odd one; every rank's result equals the stacked
-             inputs; then the team says whether it went single-copy (expected where the
+  sizes      allgather: odd byte counts just under, at and over the threshold (int8), wider
+             dtypes, 2-D, in place, empty and a large odd one; every rank's result equals the
+             stacked inputs; allreduce: element counts around it (int32, float32 sum in rank
+             order bit for bit, float64 max, in place, more parts than slots hold); then the team says whether it went single-copy (expected where the
              system allows reading a sibling process, argv[2] == "expect")
   fallback   rank 1 sets POOLTENSOR_TEAM_CMA=0: the whole team stays on the staging slots
              (single_copy() == 0 on every rank) and the results are the same
-  jit        the same sizes inside jax.jit (the XLA handler calls the team itself): equal
+  jit        allgather at the same sizes, and an allreduce, inside jax.jit (the XLA handler calls the team itself): equal
              to numpy, and the calls after the first finished in the handler
   mismatch   rank 0 starts single-copy at 1 MiB, the others at 256 KiB: a 512 KiB call is a
              CollectiveMismatch on every rank (not a hang), and the world works after
@@ -50,6 +52,20 @@ def check(dtype, shape, inplace=False):
     assert np.array_equal(res, want), f"allgather {dtype} {shape} inplace={inplace} differs"
 
 
+def check_sum(dtype, n, op="sum", inplace=False):
+    rows = [data(r, dtype, (n,)) for r in range(size)]
+    if np.dtype(dtype).kind == "f":
+        rows = [r_ + np.asarray(0.37 * (i + 1), dtype) for i, r_ in enumerate(rows)]
+    want = rows[0].copy()
+    for r_ in rows[1:]:                  # rank order, one rounding per step: the engine's order
+        want = want + r_ if op == "sum" else np.maximum(want, r_)
+    x = rows[rank].copy()
+    res = collectives.allreduce(x, op, out=x if inplace else None)
+    assert (res is x) == inplace
+    assert res.dtype == want.dtype and np.array_equal(res.view(np.uint8), want.view(np.uint8)), \
+        f"allreduce {op} {dtype} n={n} inplace={inplace} differs"
+
+
 def sweep():
     at = -(-THRESHOLD // size)            # the smallest input whose output reaches it
     for b in (at - 3, at - 1, at, at + 1, at + 5, 2 * at + 7):
@@ -61,6 +77,12 @@ def sweep():
     check(np.int16, (0,))
     check(np.int8, (3_000_017,))
     check(np.int8, (5,))
+    for n in (THRESHOLD // 4 - 1, THRESHOLD // 4, THRESHOLD // 4 + 3 * size + 1):
+        check_sum(np.int32, n)
+    check_sum(np.float32, THRESHOLD // 4 + 5)
+    check_sum(np.float32, 700_001, inplace=True)
+    check_sum(np.float64, THRESHOLD // 8 + 1, op="max")
+    check_sum(np.float32, 1_500_003)              # each part larger than the slots
 
 
 team = None
@@ -90,7 +112,13 @@ elif mode == "jit":
         want = np.stack([data(r, dtype, shape) for r in range(size)])
         got = np.asarray(gather(jnp.asarray(data(rank, dtype, shape))))
         assert np.array_equal(got, want), f"jit allgather {dtype} {shape} differs"
-    assert cj.stats()["fast"] - before == len(cases), cj.stats()
+    x = data(rank, np.float32, (300_001,)) + np.float32(0.25)
+    want = data(0, np.float32, (300_001,)) + np.float32(0.25)
+    for r in range(1, size):
+        want = want + (data(r, np.float32, (300_001,)) + np.float32(0.25))
+    got = np.asarray(jax.jit(cj.allreduce)(jnp.asarray(x)))
+    assert np.array_equal(got, want), "jit allreduce differs"
+    assert cj.stats()["fast"] - before == len(cases) + 1, cj.stats()
 elif mode == "mismatch":
     x = np.ones((512 << 10) // size, np.int8)
     try:
