@@ -1,6 +1,6 @@
 """The shared-memory team's single-copy allgather and two-shot allreduce (members read each
-other's inputs, and parts, with cross-memory attach, from 256 KiB of output): sizes around where
-it starts, against numpy.
+other's inputs, and parts, with cross-memory attach; allgather from 32 KiB of output, allreduce
+from 256 KiB): sizes around where each starts, against numpy.
 
   sizes      allgather: odd byte counts just under, at and over the threshold (int8), wider
              dtypes, 2-D, in place, empty and a large odd one; every rank's result equals the
@@ -11,7 +11,7 @@ it starts, against numpy.
              (single_copy() == 0 on every rank) and the results are the same
   jit        allgather at the same sizes, and an allreduce, inside jax.jit (the XLA handler calls the team itself): equal
              to numpy, and the calls after the first finished in the handler
-  mismatch   rank 0 starts single-copy at 1 MiB, the others at 256 KiB: a 512 KiB call is a
+  mismatch   rank 0 starts single-copy at 1 MiB, the others at 32 KiB: a 512 KiB call is a
              CollectiveMismatch on every rank (not a hang), and the world works after
 Prints "<mode> ok".
 """
@@ -26,7 +26,8 @@ from collectives.errors import CollectiveMismatch
 mode = sys.argv[1]
 world = collectives.init()
 rank, size = world.rank, world.size
-THRESHOLD = 256 << 10
+THRESHOLD = 32 << 10          # allgather output
+AR_THRESHOLD = 256 << 10      # allreduce
 if mode == "fallback" and rank == 1:
     os.environ["POOLTENSOR_TEAM_CMA"] = "0"
 if mode == "mismatch" and rank == 0:
@@ -77,11 +78,11 @@ def sweep():
     check(np.int16, (0,))
     check(np.int8, (3_000_017,))
     check(np.int8, (5,))
-    for n in (THRESHOLD // 4 - 1, THRESHOLD // 4, THRESHOLD // 4 + 3 * size + 1):
+    for n in (AR_THRESHOLD // 4 - 1, AR_THRESHOLD // 4, AR_THRESHOLD // 4 + 3 * size + 1):
         check_sum(np.int32, n)
-    check_sum(np.float32, THRESHOLD // 4 + 5)
+    check_sum(np.float32, AR_THRESHOLD // 4 + 5)
     check_sum(np.float32, 700_001, inplace=True)
-    check_sum(np.float64, THRESHOLD // 8 + 1, op="max")
+    check_sum(np.float64, AR_THRESHOLD // 8 + 1, op="max")
     check_sum(np.float32, 1_500_003)              # each part larger than the slots
 
 
