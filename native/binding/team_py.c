@@ -229,7 +229,16 @@ static PyObject *Team_handle(TeamObject *self, PyObject *unused)
     return PyLong_FromVoidPtr(self->team);
 }
 
+static PyObject *Team_single_copy(TeamObject *self, PyObject *unused)
+{
+    TEAM(self);
+    return PyLong_FromLong(pt_team_single_copy(self->team));
+}
+
 static PyMethodDef Team_methods[] = {
+    {"single_copy", (PyCFunction)Team_single_copy, METH_NOARGS,
+     "single_copy(): 1 when mid-sized allgathers read peers' memory directly (cross-memory "
+     "attach), 0 when they go through the staging slots, -1 before the first such call"},
     {"handle", (PyCFunction)Team_handle, METH_NOARGS, "handle(): the native team's address"},
     {"barrier", (PyCFunction)Team_barrier, METH_VARARGS, "barrier(timeout)"},
     {"allreduce", (PyCFunction)Team_allreduce, METH_VARARGS,

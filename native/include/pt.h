@@ -287,6 +287,9 @@ pt_status_t pt_team_reduce_scatter(pt_team_t *t, pt_op_t op, pt_dtype_t dt, cons
                                    int *who);
 pt_status_t pt_team_broadcast(pt_team_t *t, int root, void *buf, size_t nbytes, uint64_t sig,
                               double timeout, int *who);
+/* Whether the team's members read each other's memory directly (cross-memory attach) for
+ * mid-sized allgathers: 1 yes, 0 no, -1 not known until its first call of such a size. */
+int pt_team_single_copy(const pt_team_t *t);
 
 /* ---- stats: what the data path did, counted in native code ----
  *
