@@ -10,7 +10,10 @@ then call allreduce until CALLS calls have been made: the failures are typed and
 timeout, and from some call on every call succeeds, with the numpy result; at least SOUND calls
 in a row at the end.
 
-argv: CUT (seconds), CALLS, SOUND.
+argv: CUT (seconds), CALLS, SOUND, and PAUSE: seconds rank 0 waits before call 3 (0 by
+default). A pause longer than the partition (and shorter than the timeout) lets the record,
+written again once the partition is over, reach rank 0 first: it then joins the last rank's
+call 3 and no call after call 2 fails.
 """
 import sys
 import time
@@ -21,6 +24,7 @@ import collectives
 from collectives import PooltensorError, Timeout
 
 CUT, CALLS, SOUND = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+PAUSE = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 world = collectives.init()
 rank, size = world.rank, world.size
 odd = size - 1
@@ -69,6 +73,8 @@ try:
 except PooltensorError as e:
     print(f"rank {rank}: call 2 {type(e).__name__}", flush=True)
     assert rank == odd, e
+if rank == 0:
+    time.sleep(PAUSE)
 
 outcomes = []
 for i in range(3, CALLS + 1):
