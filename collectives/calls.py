@@ -6,8 +6,10 @@ calls the same collectives in the same order. An epoch is named by the call that
 before it (its count: the calls this rank began before it, that one included), so the count of
 a call is epoch + n, and ranks that gave up the same call are in the same epoch whatever else
 each gave up or heard: a record lost on its way (a partition) cannot leave two ranks one epoch
-apart for good, since the next call they both give up puts them in the same one. Every rank has a small *board*, memory that its
-peers write into (made with the World, its key exchanged in the World's first round)::
+apart for good, since the next call they both give up puts them in the same one.
+
+Every rank has a small *board*, memory that its peers write into (made with the World, its key
+exchanged in the World's first round)::
 
     word 0    marks: how many records peers have written here (each record's put_notify)
     word 1    at: (epoch << 32 | n) of this rank's latest call, read by a peer that gives up
@@ -18,8 +20,8 @@ peers write into (made with the World, its key exchanged in the World's first ro
 A rank that cannot finish a call (Timeout, PeerLost, a transport error) *gives it up*: it reads
 every peer's `at` (which ranks have not come to the call, which do not answer) to name the rank
 at fault, writes its record into every peer's board (over tcp written again until it lands: a
-partition may drop it, see below), and starts a new epoch. A rank that comes
-to that call later finds the record before it waits for anything and fails the call at once,
+partition may drop it, see below), and starts a new epoch. A rank that comes to that call
+later finds the record before it waits for anything and fails the call at once,
 naming the operation and the rank that gave up (Timeout; CollectiveMismatch when its own call
 is of another kind); a rank that was waiting inside the call fails at its own deadline and
 reports the record then; a rank that finished the call finds the record before returning and
