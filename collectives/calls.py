@@ -2,18 +2,26 @@
 
 Each collective call (allreduce, allgather, reduce_scatter, broadcast, barrier) is numbered
 (epoch, n), n counting the calls of the epoch: the same numbers on every rank of a program that
-calls the same collectives in the same order. Every rank has a small *board*, memory that its
-peers write into (made with the World, its key exchanged in the World's first round)::
+calls the same collectives in the same order. An epoch is named by the call that ended the one
+before it (its count: the calls this rank began before it, that one included), so the count of
+a call is epoch + n, and ranks that gave up the same call are in the same epoch whatever else
+each gave up or heard: a record lost on its way (a partition) cannot leave two ranks one epoch
+apart for good, since the next call they both give up puts them in the same one.
+
+Every rank has a small *board*, memory that its peers write into (made with the World, its key
+exchanged in the World's first round)::
 
     word 0    marks: how many records peers have written here (each record's put_notify)
     word 1    at: (epoch << 32 | n) of this rank's latest call, read by a peer that gives up
-    records   for each writer rank, its last KEEP records: call (epoch << 32 | n),
+    records   for each writer rank, its last KEEP records: call (epoch << 32 | n, its count
+              epoch + n compared with the reader's),
               reason | kind << 8 | (culprit + 1) << 16, the writer's timeout in ms, 0
 
 A rank that cannot finish a call (Timeout, PeerLost, a transport error) *gives it up*: it reads
 every peer's `at` (which ranks have not come to the call, which do not answer) to name the rank
-at fault, writes its record into every peer's board, and starts a new epoch. A rank that comes
-to that call later finds the record before it waits for anything and fails the call at once,
+at fault, writes its record into every peer's board (over tcp written again until it lands: a
+partition may drop it, see below), and starts a new epoch. A rank that comes to that call
+later finds the record before it waits for anything and fails the call at once,
 naming the operation and the rank that gave up (Timeout; CollectiveMismatch when its own call
 is of another kind); a rank that was waiting inside the call fails at its own deadline and
 reports the record then; a rank that finished the call finds the record before returning and
@@ -34,9 +42,12 @@ A lost peer ends collectives for good: every later call raises PeerLost at once.
 
 What no timeout can promise: a rank that completes a call in the very instant its peer's deadline
 passes may return before the peer's record arrives; so may a stopped rank that resumes with its
-peers' data already delivered, and over tcp a rank stopped right after completing a call makes
-its peers' last acknowledgement of the call time out. The rank that completed finds the record
-at its next call (or World.barrier()), says so (RuntimeWarning), and the epochs meet there.
+peers' data already delivered, and over tcp a rank stopped right after completing a call (or a
+partition that drops the answers to its last message) makes its peers' last acknowledgement of
+the call time out. The rank that completed finds the record at its next call (or
+World.barrier()), says so (RuntimeWarning), and the epochs meet there. Where the record comes
+later still (a partition held it), that next call fails on both ranks (neither finds the other
+in it) and, being the same call, puts both in the same epoch: the call after it works.
 
 Records to a peer over tcp are written by a thread of that peer (a *herald*), so that a peer
 that does not answer (a stopped process) delays no one: the others are told at once, and the
@@ -50,7 +61,7 @@ import warnings
 
 import numpy as np
 
-from .errors import CollectiveMismatch, PeerLost, PooltensorError, Timeout
+from .errors import CollectiveMismatch, ConnectionDropped, PeerLost, PooltensorError, Timeout
 
 KINDS = {"allreduce": 1, "allgather": 2, "reduce_scatter": 3, "broadcast": 4, "barrier": 5}
 _NAMES = {v: k for k, v in KINDS.items()}
@@ -59,6 +70,7 @@ HEAD = 8          # int64 words before the records
 REC = 4           # int64 words per record
 LOST, TIMEOUT, FAILED = 1, 2, 3     # reasons
 PROBE = 0.25      # seconds a rank that gives up waits for its tcp peers' positions
+RESEND = (0.05, 0.5)   # first and longest pause before a record that did not land goes again
 _LOW = (1 << 32) - 1
 
 
@@ -70,7 +82,7 @@ def board_bytes(size):
 class Calls:
     """Numbering, giving up and recovery of one world's collective calls (module docstring)."""
 
-    __slots__ = ("world", "win", "me", "size", "ctr", "epoch", "n", "base", "before", "kind",
+    __slots__ = ("world", "win", "me", "size", "ctr", "epoch", "n", "base", "kind",
                  "t", "seen", "marks", "lost", "alert", "told", "store_n", "scope", "retired",
                  "on_epoch", "_heralds", "_lock", "_stale")
 
@@ -78,12 +90,11 @@ class Calls:
         self.world, self.win = world, board
         self.me, self.size = world.rank, world.size
         self.ctr = memoryview(board.buffer).cast("q")
-        self.epoch = self.n = self.base = 0     # base: epoch << 32
-        self.before = 0           # calls of earlier epochs on this rank (for messages)
+        self.epoch = self.n = self.base = 0     # base: epoch << 32; epoch: calls before it
         self.kind = 0             # KINDS of the call in progress; 0 between calls
         self.t = None             # its timeout (None: the world's)
         self.seen = 0             # word 0 when the board was last read
-        self.marks = {}           # (epoch << 32 | n) -> (writer, info, timeout ms)
+        self.marks = {}           # count of a call a peer gave up -> (writer, info, ms)
         self.lost = None          # (rank, what) once a peer is gone
         self.alert = False        # marks or lost: begin() looks closer
         self.told = [0] * self.size
@@ -103,8 +114,9 @@ class Calls:
 
     @property
     def count(self):
-        """Collective calls begun on this rank so far, the current one included."""
-        return self.before + self.n
+        """Collective calls begun on this rank so far, the current one included (the same on
+        every rank at the same call: what records are compared by)."""
+        return self.epoch + self.n
 
     @property
     def timeout(self):
@@ -131,7 +143,7 @@ class Calls:
         """The call succeeded here: fail it still if a peer gave it up meanwhile."""
         if self.ctr[0] != self.seen:
             self._scan()
-            m = self.marks.get(self.pos)
+            m = self.marks.get(self.count)
             if m is not None:
                 self._fail_now(self._heard(m))
         self.kind = 0
@@ -159,7 +171,7 @@ class Calls:
         if getattr(e, "_given_up", False):
             return e          # begin() or end() made it, and started the new epoch already
         self._scan()
-        m = self.marks.get(self.pos)
+        m = self.marks.get(self.count)
         if isinstance(e, CollectiveMismatch):
             # every rank finds it through the call's own check (a rank that met a failure
             # elsewhere in the call is told so as a mismatch): all start the new epoch
@@ -182,17 +194,19 @@ class Calls:
 
     # -- reading the board --------------------------------------------------------------------
     def _scan(self):
+        """Read the records of calls after this rank's epoch began (the earlier ones it gave
+        up itself, or joined its peers past them)."""
         c = self.ctr
         self.seen = c[0]
-        low = self.epoch << 32
         for w in range(self.size):
             if w == self.me:
                 continue
             for k in range(KEEP):
                 i = HEAD + REC * (w * KEEP + k)
                 pos = c[i]
-                if pos >= low and pos and pos not in self.marks:
-                    self.marks[pos] = (w, c[i + 1], c[i + 2])
+                at = (pos >> 32) + (pos & _LOW)
+                if at > self.epoch and at not in self.marks:
+                    self.marks[at] = (w, c[i + 1], c[i + 2])
         self.alert = bool(self.marks) or self.lost is not None
 
     def _heard_at_start(self):
@@ -205,22 +219,21 @@ class Calls:
             raise e
         if self.ctr[0] != self.seen:
             self._scan()
-        pos = self.pos
-        m = self.marks.get(pos)
+        count = self.count
+        m = self.marks.get(count)
         if m is not None:
             self._fail_now(self._heard(m))
-        past = sorted(p for p in self.marks if p >> 32 == self.epoch and p < pos)
+        past = [p for p in self.marks if p < count]
         if past:
             # a peer gave up a call that this rank completed (its deadline passed in the very
-            # instant the call completed here): that peer is in the next epoch, so is this call
-            p = past[0]
-            done = self.count - (self.n - (p & _LOW))
+            # instant the call completed here, or a partition dropped the answers to this
+            # rank's last message): that peer is in the epoch that call began, so is this call
+            p = max(past)
             warnings.warn(f"collectives: rank {self.marks[p][0]} gave up collective call "
-                          f"{done}, which rank {self.me} had completed; the ranks are in step "
-                          f"again from call {self.count}", RuntimeWarning, stacklevel=4)
-            self._new_epoch()
-            self.before -= 1          # the current call moves into the new epoch
-            self.n = 1
+                          f"{p}, which rank {self.me} had completed; the ranks are in step "
+                          f"again from call {count}", RuntimeWarning, stacklevel=4)
+            self._new_epoch(p)
+            self.n = count - p        # the current call moves into the new epoch
             self.ctr[1] = self.pos
 
     def _heard(self, m):
@@ -296,14 +309,15 @@ class Calls:
 
         Over tcp each peer is asked from a thread of its own, waited for PROBE s at most: a
         question to a stopped peer may wait for a reconnection, or for the whole timeout."""
-        w, pos = self.world, self.pos
+        w, count = self.world, self.count
         got = {}
 
         def ask(r):
             buf = np.zeros(1, np.int64)
             try:
                 self.win.get(r, 8, buf)
-                got[r] = int(buf[0])
+                at = int(buf[0])
+                got[r] = (at >> 32) + (at & _LOW)
             except Exception:
                 got[r] = None
 
@@ -323,7 +337,7 @@ class Calls:
             t.join(max(0.0, deadline - time.monotonic()))
         self._stale = [t for t in self._stale + threads if t.is_alive()]
         peers = [r for r in range(self.size) if r != self.me]
-        late = [r for r in peers if got.get(r) is not None and got[r] < pos]
+        late = [r for r in peers if got.get(r) is not None and got[r] < count]
         silent = [r for r in peers if got.get(r) is None]
         return late, silent
 
@@ -336,12 +350,16 @@ class Calls:
                 continue
             off = 8 * (HEAD + REC * (self.me * KEEP + self.told[r] % KEEP))
             self.told[r] += 1
-            self.send(r, self.win.put_notify, r, off, rec, 0, 1)
+            self.send(r, self.win.put_notify, r, off, rec, 0, 1, again=True)
 
-    def send(self, rank, fn, *args):
+    def send(self, rank, fn, *args, again=False):
         """fn(*args), a write to `rank`: at once over shared memory, through the rank's herald
         over tcp (in order, never blocking the caller). Errors are dropped: a peer that
-        cannot be told is gone or stuck, and is found so by its own waits."""
+        cannot be told is gone or stuck, and is found so by its own waits; but with `again`
+        (a record, the same bytes at the same place: writing it twice changes nothing) a
+        write over tcp that timed out or lost its connection goes again until it lands, the
+        peer is lost or the world closes, so that a partition cannot lose a record of a call
+        that the peer completed: the peer would stay a call ahead until their next failure."""
         if self.world.transports[rank] not in ("tcp", "verbs"):
             try:
                 fn(*args)
@@ -353,7 +371,7 @@ class Calls:
             if h is None:
                 h = self._heralds[rank] = _Herald(rank)
                 h.start()
-        h.post(fn, args)
+        h.post(fn, args, again)
 
     def flush(self, timeout):
         """Wait up to `timeout` s for the heralds' writes; True when none is left."""
@@ -362,14 +380,15 @@ class Calls:
                    for h in list(self._heralds.values()))
 
     # -- epochs -------------------------------------------------------------------------------
-    def _new_epoch(self):
+    def _new_epoch(self, at=None):
+        """Start the epoch that call `at` (a count; the current call by default) ends the
+        one before: the same epoch on every rank that gave up or heard of that call."""
         w = self.world
-        self.before += self.n
-        self.epoch += 1
+        self.epoch = max(self.count if at is None else at, self.epoch + 1)
         self.base = self.epoch << 32
         self.n = self.store_n = 0
         self.ctr[1] = self.base
-        self.marks = {p: m for p, m in self.marks.items() if p >> 32 >= self.epoch}
+        self.marks = {p: m for p, m in self.marks.items() if p > self.epoch}
         self.alert = bool(self.marks) or self.lost is not None
         for team in w._teams.values():
             self.retire(self.epoch - 1, functools.partial(w._drop_team, team))
@@ -414,16 +433,14 @@ class Calls:
         peers' epoch."""
         if self.ctr[0] != self.seen:
             self._scan()
-        mine = [p for p in self.marks if p >> 32 == self.epoch]
-        if mine:
-            done = [p for p in mine if p <= self.pos]
+        if self.marks:
+            done = [p for p in self.marks if p <= self.count]
             if done:
                 p = min(done)
                 warnings.warn(f"collectives: rank {self.marks[p][0]} gave up collective call "
-                              f"{self.count - (self.n - (p & _LOW))}, which rank {self.me} had "
-                              f"completed; the ranks are in step again from the next call",
-                              RuntimeWarning, stacklevel=3)
-            self._new_epoch()
+                              f"{p}, which rank {self.me} had completed; the ranks are in step "
+                              f"again from the next call", RuntimeWarning, stacklevel=3)
+            self._new_epoch(max(self.marks))
 
     def close(self, timeout):
         """Stop the heralds; True when none of them and no probe is still inside the native
@@ -459,25 +476,38 @@ class _Herald(threading.Thread):
         self.cv = threading.Condition()
         self.busy = self.closed = False
 
-    def post(self, fn, args):
+    def post(self, fn, args, again=False):
         with self.cv:
-            self.q.append((fn, args))
+            self.q.append((fn, args, again))
             self.cv.notify_all()
 
     def run(self):
+        pause = RESEND[0]
         while True:
             with self.cv:
                 while not self.q and not self.closed:
                     self.cv.wait()
                 if not self.q:
                     return
-                fn, args = self.q.popleft()
+                fn, args, again = self.q.popleft()
                 self.busy = True
+            retry = False
             try:
                 fn(*args)
+                pause = RESEND[0]
+            except (Timeout, ConnectionDropped):
+                retry = again and not self.closed   # not lost: unreachable for now
             except Exception:   # a peer that cannot be told: its own waits find it
                 pass
             with self.cv:
+                if retry:
+                    # first in line again (the writes to a peer stay in order), after a pause
+                    # that a close cuts short
+                    self.q.appendleft((fn, args, again))
+                    self.cv.wait_for(lambda: self.closed, pause)
+                    pause = min(2 * pause, RESEND[1])
+                    if self.closed:
+                        self.q.clear()
                 self.busy = False
                 self.cv.notify_all()
 

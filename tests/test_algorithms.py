@@ -62,9 +62,9 @@ def _world(size, local_size, shm=True):
 def test_select_by_topology_and_size(monkeypatch):
     sel = algorithms.select
     w = _world(4, 4, shm=False)
-    # direct is picked only where it is allowed a size (POOLTENSOR_DIRECT_MAX; 0 by default)
-    if direct.DIRECT_MAX == 0:
-        assert sel("allreduce", 1024, w) == "recursive_doubling"
+    # direct is picked only where it is allowed a size (POOLTENSOR_DIRECT_MAX)
+    monkeypatch.setattr(direct, "DIRECT_MAX", 0)
+    assert sel("allreduce", 1024, w) == "recursive_doubling"
     monkeypatch.setattr(direct, "DIRECT_MAX", 256 * 1024)
     # one host: the native team (the ops layer takes it directly without select)
     assert sel("allreduce", 1024, _world(4, 4)) == "oneshot"

@@ -54,6 +54,24 @@ def test_across_network_namespaces(netns):
     assert all("recover ok" in o for o in outs), outs
 
 
+@pytest.mark.parametrize("cut,pause,sound", [("0", "0", "4"), ("3", "0", "4"),
+                                             ("0.3", "1", "6")])
+def test_record_lost_in_a_partition_leaves_the_world_usable(cut, pause, sound):
+    """A rank gives up a call its peer completed (the answer to its last write lost) and its
+    record of it is dropped for `cut` s (longer than the timeout: a partition). The ranks used
+    to stay one call apart for good: the next calls met the wrong call of the other rank
+    (a wrong sum, or a mismatch every time). Now one more call fails on both (typed, within
+    the timeout) and every call after it is right; none fails where the record, written again
+    after the partition, comes before rank 0's next call (`pause`)."""
+    codes, outs = run_env_ranks(2, "coll_lost_record.py", cut, "8", sound, pause,
+                                env={"POOLTENSOR_TIMEOUT": T, "POOLTENSOR_TRANSPORT": "tcp"},
+                                timeout=100)
+    assert codes == [0, 0], outs
+    assert "rank 0: call 2 ok" in outs[0] and "rank 1: call 2 Timeout" in outs[1], outs
+    if pause != "0":
+        assert "gave up collective call 2, which rank 0 had completed" in outs[0], outs
+
+
 @pytest.mark.parametrize("launcher", ["launch", "mpiexec"])
 def test_collectives_after_finalize_raise_and_init_starts_again(launcher):
     """They used to make a new world behind the user's back (racing, then out of step), and

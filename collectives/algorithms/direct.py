@@ -25,12 +25,10 @@ AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
 # The most bytes one rank sends in a direct call that select() picks (its input times p - 1):
 # the ring moves about twice the input whatever p, in 2 (p - 1) steps, so the direct way wins
 # while the data is small against the round trips it saves (256 KiB measured across two
-# network namespaces: bench/tcp.py, bench/README.md). 0 by default, so select() never picks
-# it: a partition that lands inside a direct call can leave the two ranks one call apart (one
-# completed the call its peer gave up, and the record saying so was lost in the partition), and
-# every later call is then a mismatch (tests/test_partition.py found it). Until that is closed,
-# direct runs when asked for: algorithm="direct", or POOLTENSOR_DIRECT_MAX=262144.
-DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 0))
+# network namespaces: bench/tcp.py, bench/README.md). A partition inside a direct call can let
+# one rank complete it while its peer gives it up; collectives/calls.py brings the two back in
+# step (tests/test_recovery.py, tests/test_partition.py).
+DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 256 * 1024))
 
 
 def _others(g):
