@@ -14,6 +14,8 @@ float32 sum allreduce and allgather, 8 B .. 64 MiB (8 B times powers of 4, plus 
   mpi4jax   jax.jit(lambda x: mpi4jax.allreduce(x, op=MPI.SUM))(x).block_until_ready()
             (allgather alike), when `import mpi4jax` works (pip install mpi4jax; its build
             needs an MPI compiler: MPI4JAX_BUILD_MPICC=.venv/bin/mpicc)
+  mpi4jax x16  the same 16 in a program: its "in program" time is compared with ours
+            (busbw ratio), the two collectives without JAX's per-program dispatch
   eager     collectives.allreduce(x, out=y) on numpy arrays (allgather alike)
   mpi4py    Comm.Allreduce / Comm.Allgather on the same numpy arrays
 
@@ -84,7 +86,7 @@ import collectives.jax as cj  # noqa: E402
 
 KINDS = ("allreduce", "allgather")
 LABEL = {"jit": "ours jit", "jit x16": "ours jit, 16 in a program", "eager": "ours eager",
-         "mpi4jax": "mpi4jax", "mpi4py": "mpi4py"}
+         "mpi4jax": "mpi4jax", "mpi4jax x16": "mpi4jax, 16 in a program", "mpi4py": "mpi4py"}
 IN_PROGRAM = 16
 
 
@@ -162,6 +164,16 @@ class Bench:
                         "mpi4py": lambda: self.y}
         if mpi4jax is not None:
             self.results["mpi4jax"] = lambda: _first(g(self.xj))
+            # mpi4jax's 16 in a program too, so that "in program" compares like with like
+            if kind == "allreduce":
+                def m1(x):
+                    return mpi4jax.allreduce(x, op=MPI.SUM, comm=comm)
+            else:
+                def m1(x):
+                    return mpi4jax.allgather(x, comm=comm)
+            g16 = jax.jit(lambda x: [_first(m1(x)) for _ in range(IN_PROGRAM)][-1])
+            self.ops["mpi4jax x16"] = lambda: g16(self.xj).block_until_ready()
+            self.results["mpi4jax x16"] = lambda: g16(self.xj)
 
     def check_and_cold(self):
         """Time each contender's first call on fresh buffers (programs compiled beforehand on
@@ -206,10 +218,13 @@ class Bench:
                 for _ in range(n):
                     op()
                 el = comm.allreduce(time.perf_counter() - t, MPI.MAX)
-                per[name].append(el / n / (IN_PROGRAM if name == "jit x16" else 1))
+                per[name].append(el / n / (IN_PROGRAM if name.endswith("x16") else 1))
         after = cj.stats()
         per["in program"] = [(IN_PROGRAM * m - o) / (IN_PROGRAM - 1)
                              for m, o in zip(per["jit x16"], per["jit"])]
+        if "mpi4jax x16" in per:
+            per["mpi4jax in program"] = [(IN_PROGRAM * m - o) / (IN_PROGRAM - 1)
+                                         for m, o in zip(per["mpi4jax x16"], per["mpi4jax"])]
         path = {"fast": after["fast"] - before["fast"], "slow": after["slow"] - before["slow"]}
         return {name: statistics.median(v) for name, v in per.items()}, per, path
 
@@ -254,13 +269,14 @@ def main():
 
 
 def report(args, rows, n, have_mpi4jax, load0, load1):
-    names = ["jit", "jit x16", "mpi4jax", "eager", "mpi4py"] if have_mpi4jax else \
+    names = ["jit", "jit x16", "mpi4jax", "mpi4jax x16", "eager", "mpi4py"] if have_mpi4jax else \
         ["jit", "jit x16", "eager", "mpi4py"]
     lines = [f"collectives inside jax.jit, float32 sum, {n} ranks, one host; load average "
              f"{load0:.2f} at start, {load1:.2f} at end; malloc: {malloc_setting()}"]
     for kind in KINDS:
         head = ["size"] + [f"{k} us" for k in names] + [f"{k} busbw GB/s" for k in names]
-        head += (["jit/mpi4jax lat", "jit/mpi4jax busbw"] if have_mpi4jax else []) + \
+        head += (["jit/mpi4jax lat", "jit/mpi4jax busbw", "mpi4jax in program us",
+                  "in program busbw ours/mpi4jax"] if have_mpi4jax else []) + \
             ["jit-eager us", "x16-eager us", "in program us", "in-prog - eager us",
              "jit cold us", "path"]
         table = []
@@ -269,8 +285,11 @@ def report(args, rows, n, have_mpi4jax, load0, load1):
             line = [human_size(row["bytes"])] + [f"{w[k] * 1e6:.1f}" for k in names]
             line += [f"{bw[k]:.2f}" for k in names]
             if have_mpi4jax:
-                line += [f"{common.median_ratio(row['repeats_s']['jit'], row['repeats_s']['mpi4jax']):.2f}",
-                         f"{common.median_ratio(row['repeats_s']['mpi4jax'], row['repeats_s']['jit']):.2f}"]
+                rs = row['repeats_s']
+                line += [f"{common.median_ratio(rs['jit'], rs['mpi4jax']):.2f}",
+                         f"{common.median_ratio(rs['mpi4jax'], rs['jit']):.2f}",
+                         f"{w['mpi4jax in program'] * 1e6:.1f}",
+                         f"{common.median_ratio(rs['mpi4jax in program'], rs['in program']):.2f}"]
             line += [f"{(w['jit'] - w['eager']) * 1e6:.1f}",
                      f"{(w['jit x16'] - w['eager']) * 1e6:.1f}",
                      f"{w['in program'] * 1e6:.1f}",
