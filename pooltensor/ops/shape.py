@@ -29,12 +29,13 @@ from ..array.array import ndarray
 from ..array.creation import _new as _create
 from ..cache import layout, transfer
 from ..pool import agree, work
-from . import tiles
+from . import kernels, tiles
 from .dispatch import implements
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
 
 _normalize = np.lib.array_utils.normalize_axis_index
+_ASSIGN = kernels.Assign()
 
 
 def _stand_in(x, zero=False):
@@ -87,6 +88,12 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
                           operands=(call_src,))
         if not fresh:
             agree.check(pool.world, call)
+    if not coll and src_pool and call_src.ndim <= dst.ndim and work.servers(pool):
+        # memory servers: the executor's units are whole slabs of the target, so each server
+        # writes only what it holds, reading src from its peers (the rest runs here)
+        from . import executor
+        executor.run(_ASSIGN, [dst], [call_src], fresh=fresh, what=what)
+        return
     if not coll:                   # a plain script's members write the tiles they home
         if work.share(pool, work.doers(pool, dst), ("assign", dst, call_src),
                       lambda handled: _assign_tiles(dst, src, handled, it), [dst]) is not None:

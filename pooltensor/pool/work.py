@@ -194,6 +194,13 @@ def doers(pool, target, local_ok=False, inputs=None, written=True):
     return tuple(sorted(m for m, b in per.items() if b >= least))
 
 
+def servers(pool):
+    """Does this pool compute on memory servers (whose plans must cut work by the output's
+    slabs, since a server writes only the slabs it holds)?"""
+    chans = getattr(pool, "chans", None)
+    return bool(chans) and any(getattr(ch, "aligned_only", False) for ch in chans.values())
+
+
 def _homes(x):
     """The members that home the slabs of pool array x's view."""
     if x.size == 0:
