@@ -208,6 +208,30 @@ def test_shape_copies_across_servers_match_numpy(pool, rows, cols, r0, c0, px, p
     np.testing.assert_array_equal(got.to_numpy(), want)
 
 
+def test_a_big_numpy_right_operand_is_put_in_the_pool_once(pool):
+    # 160 KiB of numpy would not fit in a plan (a server's control frame is 64 KiB)
+    ra = np.arange(500 * 128, dtype=np.float64).reshape(500, 128) % 11
+    rb = np.arange(128 * 160, dtype=np.float64).reshape(128, 160) % 5
+    a = _on(pool, ra, "interleave")
+    plans, moved = _plans(pool, "rows"), _moved(pool)
+    got = a[1:] @ rb
+    assert _plans(pool, "rows") > plans
+    assert _moved(pool) - moved < rb.nbytes + SLAB, "the script moved a's rows"
+    np.testing.assert_array_equal(got.to_numpy(), ra[1:] @ rb)
+
+
+def test_a_plan_too_big_for_a_control_frame_runs_in_the_script(pool):
+    ref = np.arange(300 * 300, dtype=np.float64).reshape(300, 300)
+    x = _on(pool, ref, "interleave")
+    big = np.cos(ref)                         # 720 KB of numpy operand: no plan carries it
+    runs = _plans(pool, "run")
+    np.testing.assert_array_equal((x + big).to_numpy(), ref + big)
+    assert _plans(pool, "run") == runs
+    z = x[1:] * 2                             # the servers' connections are intact
+    assert _plans(pool, "run") > runs
+    np.testing.assert_array_equal(z.to_numpy(), ref[1:] * 2)
+
+
 def test_a_copy_into_a_strided_output_runs_in_the_script(pool):
     # concatenate along axis 1 writes column blocks: a server's unit of them would cross into
     # the other server's slab, so the script writes them (numpy's result all the same)

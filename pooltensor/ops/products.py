@@ -29,7 +29,8 @@ import weakref
 import numpy as np
 
 from ..array.array import ndarray
-from ..array.creation import _new, zeros
+from ..array.creation import _new, from_numpy, zeros
+from ..errors import PoolOutOfMemory
 from ..cache import transfer
 from ..pool import agree, work
 from . import reducer, tiles
@@ -38,6 +39,7 @@ from .reducer import Job, _wide
 from .shape import assign
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
+PLAN_NUMPY = 16 << 10      # a numpy right operand up to this travels in a server's plan
 _REPLICAS = weakref.WeakKeyDictionary()     # readonly Allocation -> {(off, shape, strides): numpy}
 
 
@@ -189,6 +191,11 @@ def _rows_on_servers(a, b, out, rdt):
     by_ref = isinstance(b, ndarray) and b._a.heap != "pv" and \
         b.nbytes <= pool.materialize_limit
     B = b if by_ref else replicated(b)
+    if not by_ref and B.nbytes > PLAN_NUMPY:      # put in the pool once, read by reference
+        try:
+            B = from_numpy(B)
+        except PoolOutOfMemory:
+            pass                    # in the plan if it fits a frame, else all done here
     doers = work.doers(pool, out, inputs=[a, B])
     return work.share(pool, doers, ("rows", a, B, out, rdt, True),
                       lambda handled: rows_units(a, B, out, rdt, handled), [out]) is not None

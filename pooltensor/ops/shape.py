@@ -88,9 +88,11 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
                           operands=(call_src,))
         if not fresh:
             agree.check(pool.world, call)
-    if not coll and src_pool and call_src.ndim <= dst.ndim and work.servers(pool):
+    if not coll and src_pool and call_src.ndim <= dst.ndim and work.servers(pool) and \
+            work.doers(pool, dst, local_ok=work.aligned(dst, [call_src]), inputs=[call_src]):
         # memory servers: the executor's units are whole slabs of the target, so each server
-        # writes only what it holds, reading src from its peers (the rest runs here)
+        # writes only what it holds, reading src from its peers (the rest runs here; when no
+        # server can, the tiles below, by this process alone)
         from . import executor
         executor.run(_ASSIGN, [dst], [call_src], fresh=fresh, what=what)
         return

@@ -226,6 +226,11 @@ def servers_reach(pool, target, inputs):
     return True
 
 
+class PlanTooLarge(ValueError):
+    """A plan (its numpy operands, the slab maps of its arrays) too big for a memory server's
+    control frame: the script does that work itself (start())."""
+
+
 class Round:
     """One operation's plans out to some members and their replies back.
 
@@ -241,6 +246,11 @@ class Round:
         self.chans = {m: pool.chans[m] for m in self.members}   # (a lost one leaves pool.chans)
         allocs = []
         msg = dumps((plan, code, np.geterr()), allocs)   # before anything is sent (start())
+        for m in self.members:
+            fits = getattr(self.chans[m], "fits", None)
+            if fits is not None and not fits(msg):
+                raise PlanTooLarge(f"a plan of {len(msg)} bytes does not fit in a memory "
+                                   f"server's control frame")
         for m in self.members:
             ch = self.chans[m]
             try:
@@ -310,7 +320,8 @@ def aligned(target, operands):
 
 def start(pool, members, plan, code=None):
     """A Round of `plan` to `members`, or None when there is nobody to send it to or the plan
-    cannot travel (an operand that does not pickle): the caller then does all the work."""
+    cannot travel (an operand that does not pickle, a plan bigger than a memory server's
+    control frame): the caller then does all the work."""
     if not members:
         return None
     check(pool)
@@ -319,7 +330,7 @@ def start(pool, members, plan, code=None):
         late._drain()
     try:
         return Round(pool, members, plan, code)
-    except (pickle.PicklingError, TypeError, AttributeError):
+    except (pickle.PicklingError, TypeError, AttributeError, PlanTooLarge):
         return None
 
 
