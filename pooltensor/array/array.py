@@ -53,12 +53,6 @@ class _Held:
         self._keep, self._alloc = arr, alloc
 
 
-def _on_servers(pool):
-    """Does this pool compute on memory servers (pool/work.py)?"""
-    from ..pool.work import servers
-    return servers(pool)
-
-
 class ndarray(NDArrayOperatorsMixin):
     """An n-dimensional array in the pool. Made by the creation functions, never directly.
 
@@ -468,12 +462,10 @@ class ndarray(NDArrayOperatorsMixin):
                 if (value._off, value._shape, value._strides) == (self._off + d, shape,
                                                                   strides):
                     return      # x[i] += y: the in-place result is already there
-            if indexing.is_basic(idx) and value.ndim <= len(self._shape) and \
-                    _on_servers(a.pool):       # the servers copy it, reading their peers
-                from ..ops.shape import assign
-                d, shape, strides = indexing.basic(self._shape, self._strides, self._dtype,
-                                                   idx)
-                return assign(ndarray(a, self._off + d, shape, strides, self._dtype), value)
+            if indexing.is_basic(idx):
+                from ..ops.shape import set_on_servers
+                if set_on_servers(self, idx, value):
+                    return
             if value.nbytes > CHUNK and indexing.is_basic(idx):
                 return self._assign_chunked(idx, value)
             value = value.to_numpy()

@@ -105,6 +105,18 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
         pool.sync(call)
 
 
+def set_on_servers(x, idx, value):
+    """x[idx] = value (a basic index, a pool value) in a pool on memory servers: a copy the
+    servers make (assign), reading value's slabs from each other. False elsewhere: the
+    caller copies through this process."""
+    if value.ndim > x.ndim or not work.servers(x._a.pool):
+        return False
+    from ..array import indexing
+    d, shape, strides = indexing.basic(x._shape, x._strides, x._dtype, idx)
+    assign(ndarray(x._a, x._off + d, shape, strides, x._dtype), value)
+    return True
+
+
 def assign_here(dst, src):
     """A member's part of a plain script's assign(): the tiles of dst it homes."""
     if isinstance(src, ndarray):
