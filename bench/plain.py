@@ -11,6 +11,9 @@ the pool (so every member holds its share), then:
 - sum:   a.sum()
 - sin:   np.sin(a) * 2 + b        (compute-bound)
 - shift: a[1:] + b[:-1]           (operands misaligned: each home reads its peers' slabs)
+- matmul: a as (n/256, 256) rows [1:] @ a numpy (256, 64)  (result rows homed with a's, up to
+          a slab: each home reads the rows at its slabs' edges)
+- copy:  a as (n/256, 256) [:, 1:] reshaped to 1-D  (a copy between layouts)
 
 Configurations: a plain script with --members member processes (each computes the slabs it
 homes), the same script on --servers memory servers on loopback (each server computes the
@@ -48,7 +51,8 @@ sys.path.append(os.path.dirname(HERE))
 import pooltensor as pt  # noqa: E402
 from pooltensor.pool.runtime import _launched  # noqa: E402
 
-OPS = ("ew", "ew2", "fused", "sum", "sin", "shift")
+OPS = ("ew", "ew2", "fused", "sum", "sin", "shift", "matmul", "copy")
+COLS = 256                   # the row length of matmul and copy
 
 
 def parse():
@@ -63,6 +67,7 @@ def parse():
     p.add_argument("--spmd-json", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     a.size = a.size or (64 * MiB if a.quick else 512 * MiB)
+    a.size -= a.size % (2 * COLS * 4)        # each half (the numpy pair) whole rows of COLS
     a.repeats = a.repeats or (3 if a.quick else 5)
     a.members = [int(m) for m in a.members.split(",") if m]
     return a
@@ -77,17 +82,25 @@ def _named(a, b, c):
     return t + c
 
 
+def _right():
+    return np.random.default_rng(5).random((COLS, 64), dtype=np.float32)
+
+
 def ours_ops(a, b, c):
+    a2, B = a.reshape(-1, COLS), _right()
     return {"ew": lambda: a * b + c, "ew2": lambda: _named(a, b, c),
             "fused": lambda: pt.map_blocks(_fma, a, b, c),
             "sum": lambda: a.sum(), "sin": lambda: np.sin(a) * 2 + b,
-            "shift": lambda: a[1:] + b[:-1]}
+            "shift": lambda: a[1:] + b[:-1], "matmul": lambda: a2[1:] @ B,
+            "copy": lambda: a2[:, 1:].reshape(-1)}
 
 
 def numpy_ops(a, b, c):
+    a2, B = a.reshape(-1, COLS), _right()
     return {"ew": lambda: a * b + c, "ew2": lambda: _named(a, b, c), "fused": lambda: a * b + c,
             "sum": lambda: a.sum(), "sin": lambda: np.sin(a) * 2 + b,
-            "shift": lambda: a[1:] + b[:-1]}
+            "shift": lambda: a[1:] + b[:-1], "matmul": lambda: a2[1:] @ B,
+            "copy": lambda: a2[:, 1:].reshape(-1)}
 
 
 def seeded(n, seed):
@@ -161,8 +174,8 @@ def measure(args, label, ref, pair, init):
         r = ours[op]()
         cold[op] = time.perf_counter() - t
         want = ref["check"][op]
-        got = r if op == "sum" else r[:1 << 16].to_numpy()
-        assert np.allclose(got, want, rtol=1e-5), (label, op)
+        got = r if op == "sum" else r.reshape(-1)[:1 << 16].to_numpy()
+        assert np.allclose(got, want, rtol=1e-4), (label, op)
         del r
     fns = {}
     for op in OPS:
@@ -198,7 +211,7 @@ def numpy_reference(args):
         t = time.perf_counter()
         r = ops[op]()
         cold[op] = time.perf_counter() - t
-        check[op] = r if op == "sum" else r[:1 << 16].copy()
+        check[op] = r if op == "sum" else r.reshape(-1)[:1 << 16].copy()
         del r
     return {"ops": ops, "cold": cold, "check": check}
 

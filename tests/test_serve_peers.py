@@ -53,6 +53,7 @@ def pool(two):
                 cache_bytes=8 * SLAB, memory=48 << 20)
     try:
         assert all(ch.reach for ch in p.chans.values())
+        pt.zeros(4) + 0     # a process's first operator calibrates ops/elide.py (plans of its own)
         yield p
     finally:
         pt.finalize()
@@ -140,6 +141,112 @@ def test_a_server_reads_its_peer_for_a_2d_shift(pool):
     assert float(z.sum()) == float((ref[1:, :-1] - ref[:-1, 1:]).sum())
 
 
+# -- matmul and shape copies ------------------------------------------------------------------
+
+def _ints(rng, shape, dtype):
+    """Small integers as floats: every product and sum below is exact in float32 too, so the
+    blocked products equal numpy's bit for bit."""
+    return rng.integers(-8, 9, shape).astype(dtype)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=st.integers(1, 700), k=st.integers(1, 97), m=st.sampled_from([0, 1, 3, 17]),
+       r0=st.integers(0, 3), c0=st.integers(0, 2), stack=st.booleans(),
+       pa=st.sampled_from(PLACES), pb=st.sampled_from(PLACES + ["numpy"]),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_matmul_across_servers_matches_numpy(pool, rows, k, m, r0, c0, stack, pa, pb, dtype):
+    # m == 0: a vector right operand; c0: a's rows are a strided view; pa/pb: where a and b
+    # live (b as a pool array travels by reference, never through the script)
+    rng = np.random.default_rng(rows * 131 + k * 7 + m)
+    lead = (2, rows) if stack else (rows,)
+    ra = _ints(rng, lead[:-1] + (lead[-1] + r0, k + c0), dtype)
+    rb = _ints(rng, (k,) if m == 0 else (k, m), dtype)
+    a = _on(pool, ra, pa)[..., r0:, c0:]
+    va = ra[..., r0:, c0:]
+    b = rb if pb == "numpy" else _on(pool, rb, pb)
+    plans, moved = _plans(pool, "rows"), _moved(pool)
+    got = a @ b
+    assert _plans(pool, "rows") > plans
+    assert _moved(pool) - moved < SLAB, "the script moved the operands itself"
+    assert got.dtype == (va @ rb).dtype and got.shape == (va @ rb).shape
+    np.testing.assert_array_equal(got.to_numpy(), va @ rb)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=st.integers(2, 300), cols=st.integers(1, 150), r0=st.integers(0, 4),
+       c0=st.integers(0, 4), px=st.sampled_from(PLACES), py=st.sampled_from(PLACES),
+       op=st.sampled_from(["reshape", "transpose", "ravel_f", "concatenate", "concat_flat",
+                           "stack", "astype", "setitem"]),
+       dtype=st.sampled_from([np.float32, np.float64, np.int32]))
+def test_shape_copies_across_servers_match_numpy(pool, rows, cols, r0, c0, px, py, op, dtype):
+    rng = np.random.default_rng(rows * 1000 + cols)
+    rx = rng.integers(-1000, 1000, (rows + r0, cols + c0)).astype(dtype)
+    ry = rng.integers(-1000, 1000, (rows + r0, cols + c0)).astype(dtype)
+    x, y = _on(pool, rx, px), _on(pool, ry, py)
+    v, w, rv, rw = x[r0:, c0:], y[:rows, :cols], rx[r0:, c0:], ry[:rows, :cols]
+    cases = {
+        "reshape": (lambda: v.reshape(-1), lambda: rv.reshape(-1)),          # a copy: v strided
+        "transpose": (lambda: pt.reshape(v.T, (cols, rows)), lambda: rv.T.reshape(cols, rows)),
+        "ravel_f": (lambda: pt.ravel(v, order="F"), lambda: np.ravel(rv, order="F")),
+        "concatenate": (lambda: pt.concatenate([v, w[1:]]), lambda: np.concatenate([rv, rw[1:]])),
+        "concat_flat": (lambda: pt.concatenate([w, v], axis=None),
+                        lambda: np.concatenate([rw, rv], axis=None)),
+        "stack": (lambda: pt.stack([v[:, 0], w[:, -1]]), lambda: np.stack([rv[:, 0], rw[:, -1]])),
+        "astype": (lambda: x[r0 + 1:].reshape(-1)[c0:].astype(np.float64),
+                   lambda: rx[r0 + 1:].reshape(-1)[c0:].astype(np.float64))}
+    if op == "setitem":
+        z, rz = pt.zeros((rows + 1, cols), dtype, placement=py), np.zeros((rows + 1, cols), dtype)
+        rz[1:] = rv
+        cases[op] = (lambda: z.__setitem__(slice(1, None), v) or z, lambda: rz)
+    ours, theirs = cases[op]
+    want = theirs()
+    runs, moved = _plans(pool, "run"), _moved(pool)
+    got = ours()
+    if want.size and got._a is not x._a and got._a is not y._a:     # (not a view)
+        assert _plans(pool, "run") > runs
+    assert _moved(pool) - moved < SLAB, "the script copied the slabs itself"
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+def test_a_big_numpy_right_operand_is_put_in_the_pool_once(pool):
+    # 160 KiB of numpy would not fit in a plan (a server's control frame is 64 KiB)
+    ra = np.arange(500 * 128, dtype=np.float64).reshape(500, 128) % 11
+    rb = np.arange(128 * 160, dtype=np.float64).reshape(128, 160) % 5
+    a = _on(pool, ra, "interleave")
+    plans, moved = _plans(pool, "rows"), _moved(pool)
+    got = a[1:] @ rb
+    assert _plans(pool, "rows") > plans
+    assert _moved(pool) - moved < rb.nbytes + SLAB, "the script moved a's rows"
+    np.testing.assert_array_equal(got.to_numpy(), ra[1:] @ rb)
+
+
+def test_a_plan_too_big_for_a_control_frame_runs_in_the_script(pool):
+    ref = np.arange(300 * 300, dtype=np.float64).reshape(300, 300)
+    x = _on(pool, ref, "interleave")
+    big = np.cos(ref)                         # 720 KB of numpy operand: no plan carries it
+    runs = _plans(pool, "run")
+    np.testing.assert_array_equal((x + big).to_numpy(), ref + big)
+    assert _plans(pool, "run") == runs
+    z = x[1:] * 2                             # the servers' connections are intact
+    assert _plans(pool, "run") > runs
+    np.testing.assert_array_equal(z.to_numpy(), ref[1:] * 2)
+
+
+def test_a_copy_into_a_strided_output_runs_in_the_script(pool):
+    # concatenate along axis 1 writes column blocks: a server's unit of them would cross into
+    # the other server's slab, so the script writes them (numpy's result all the same)
+    ref = np.arange(300 * 70, dtype=np.float64).reshape(300, 70)
+    x, y = _on(pool, ref, "interleave"), _on(pool, -ref, [2, 1])
+    got = pt.concatenate([x[1:], y[:-1]], axis=1)
+    np.testing.assert_array_equal(got.to_numpy(), np.concatenate([ref[1:], -ref[:-1]], axis=1))
+    z = pt.zeros((299, 70))
+    z[:, ::2] = x[1:, ::2]
+    want = np.zeros((299, 70))
+    want[:, ::2] = ref[1:, ::2]
+    np.testing.assert_array_equal(z.to_numpy(), want)
+
+
 # -- faults --------------------------------------------------------------------------------
 
 def _private_pool(tmp_path, monkeypatch, memory, timeout):
@@ -197,6 +304,43 @@ def test_a_peer_lost_mid_operation_is_peerlost_naming_it(tmp_path, monkeypatch):
             s.stop()
 
 
+def test_a_peer_lost_during_a_matmul_is_peerlost_naming_it(tmp_path, monkeypatch):
+    servers, _, pool = _private_pool(tmp_path, monkeypatch, 48 << 20, 20)
+    try:
+        ra = np.ones((4096, 256), np.float32)
+        a = _on(pool, ra, [1])                       # the result's rows: server 1's
+        b = _on(pool, np.ones((256, 64), np.float32), [2])  # read by server 1 from server 2
+        os.kill(servers[1].pid, signal.SIGSTOP)
+        got = {}
+
+        def op():
+            try:
+                got["z"] = a @ b
+            except BaseException as e:                  # noqa: BLE001
+                got["err"] = e
+        t = threading.Thread(target=op)
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive(), got                       # server 1 waits on the stopped one
+        os.kill(servers[1].pid, signal.SIGKILL)
+        servers[1].wait()
+        t.join(30)
+        assert not t.is_alive(), "hung after the peer died"
+        assert time.monotonic() - t0 < 15
+        assert "z" not in got, "a result was returned"
+        e = got["err"]
+        assert isinstance(e, PeerLost), repr(e)
+        assert e.rank == 2 and e.host == servers[1].address, (e.rank, e.host, str(e))
+        assert "member 1" in " ".join(getattr(e, "__notes__", [])), e.__notes__
+        np.testing.assert_array_equal((a[:8] @ np.ones((256, 2), np.float32)).to_numpy(),
+                                      np.full((8, 2), 256, np.float32))   # server 1 works on
+    finally:
+        pt.finalize()
+        for s in servers:
+            s.stop()
+
+
 def test_a_restarted_server_gets_no_plans_and_is_not_read_by_its_peers(tmp_path, monkeypatch):
     servers, secret, pool = _private_pool(tmp_path, monkeypatch, 24 << 20, 10)
     new = None
@@ -211,10 +355,21 @@ def test_a_restarted_server_gets_no_plans_and_is_not_read_by_its_peers(tmp_path,
         n = 4 * SLAB // 8
         rx = np.arange(n, dtype=np.float64)
         x, y = _on(pool, rx, [1]), _on(pool, -rx, [2])
+        x + 0         # a process's first operator calibrates ops/elide.py with plans of its own
         runs = _plans(pool, "run")
         z = x[1:] + y[:-1]
         assert _plans(pool, "run") == runs          # computed here: server 2 is not trusted
         np.testing.assert_array_equal(z.to_numpy(), rx[1:] - rx[:-1])
+        # so are a matmul and a copy that read server 2's slabs
+        ra = np.arange(64 * 48, dtype=np.float64).reshape(64, 48)
+        rb = np.arange(48 * 5, dtype=np.float64).reshape(48, 5) % 7
+        a2, b2 = _on(pool, ra, [1]), _on(pool, rb, [2])
+        rows = _plans(pool, "rows")
+        np.testing.assert_array_equal((a2 @ b2).to_numpy(), ra @ rb)
+        c = pt.empty(n - 1, placement=[1])
+        c[...] = y[1:]                              # server 1 may not read server 2
+        assert _plans(pool, "rows") == rows and _plans(pool, "run") == runs
+        np.testing.assert_array_equal(c.to_numpy(), -rx[1:])
     finally:
         pt.finalize()
         for s in servers:

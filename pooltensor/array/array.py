@@ -462,6 +462,10 @@ class ndarray(NDArrayOperatorsMixin):
                 if (value._off, value._shape, value._strides) == (self._off + d, shape,
                                                                   strides):
                     return      # x[i] += y: the in-place result is already there
+            if indexing.is_basic(idx):
+                from ..ops.shape import set_on_servers
+                if set_on_servers(self, idx, value):
+                    return
             if value.nbytes > CHUNK and indexing.is_basic(idx):
                 return self._assign_chunked(idx, value)
             value = value.to_numpy()

@@ -10,8 +10,11 @@ homes, run with the same code SPMD ranks use for their own slabs:
   combine in member order;
 - ``fill``: creation's values (zeros, full, arange, linspace, seeded random) for the slabs
   homed here;
-- ``assign``: the tiles homed here of a copy between layouts (reshape, transpose, x[...] = y);
-- ``rows``: the row tiles homed here of a matmul's left operand times a numpy right one;
+- ``assign``: the tiles homed here of a copy between layouts (reshape, transpose, x[...] = y;
+  on memory servers such a copy is a ``run`` of the executor's Assign: its units are whole
+  slabs, so each server writes only what it holds);
+- ``rows``: the row tiles homed here of a matmul's left operand times a numpy right one (a
+  memory server: the result's slabs it holds, the right operand numpy or a pool array);
 - ``chunks``: one pass of a chunked algorithm (sort, unique, scans, nonzero, searchsorted,
   fft, TSQR: ops/chunks.py): the job run on the chunks whose first row is homed here, their
   small summaries sent back.
@@ -56,8 +59,11 @@ def _assign(pool, dst, src):
     return None
 
 
-def _rows(pool, a, B, out, rdt):
-    products.rows_here(a, B, out, rdt, True)
+def _rows(pool, a, B, out, rdt, by_units=False):
+    if by_units:              # a memory server: the result slabs it holds (B numpy or pool)
+        products.rows_units(a, B, out, rdt, True)
+    else:
+        products.rows_here(a, B, out, rdt, True)
     return None
 
 

@@ -16,7 +16,9 @@ Two ways, by which operand is big:
   new pool array; under SPMD each rank computes the rows whose left rows it homes, with
   numpy's matmul on its local row blocks, and writes them into the result (allocated with
   the default placement, which for "block" lines up with the left's rows, up to a slab), then
-  the pool syncs.
+  the pool syncs. A plain script's member processes compute the row tiles they home; memory
+  servers compute the result's slabs they hold (rows_units: a server writes only its own
+  memory), reading the left rows and a pool right operand they do not hold from their peers.
 - contraction: the pool array is the one whose rows are summed over (the right matrix of
   ``numpy @ pool``, or a left vector): its row tiles are multiplied by the matching columns
   of the other operand and the partial products are summed like a reduction (see
@@ -27,7 +29,8 @@ import weakref
 import numpy as np
 
 from ..array.array import ndarray
-from ..array.creation import _new, zeros
+from ..array.creation import _new, from_numpy, zeros
+from ..errors import PoolOutOfMemory
 from ..cache import transfer
 from ..pool import agree, work
 from . import reducer, tiles
@@ -36,6 +39,7 @@ from .reducer import Job, _wide
 from .shape import assign
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
+PLAN_NUMPY = 16 << 10      # a numpy right operand up to this travels in a server's plan
 _REPLICAS = weakref.WeakKeyDictionary()     # readonly Allocation -> {(off, shape, strides): numpy}
 
 
@@ -129,7 +133,7 @@ def _product(a, b, rdt, out):
     pool = (a if isinstance(a, ndarray) else b)._a.pool
     call = agree.Call("matmul", None, rdt, operands=(a, b)) if pool.coherent else None
     if isinstance(a, ndarray) and a.ndim >= 2:
-        res = _rows(a, replicated(b), rdt, call)
+        res = _rows(a, b, rdt, call)
     elif isinstance(b, ndarray) and b.ndim == 2:
         res = _contract(b, replicated(a), rdt, True, call)
     elif isinstance(a, ndarray):                       # a 1-D pool vector
@@ -143,12 +147,12 @@ def _product(a, b, rdt, out):
 
 # -- rows: the left operand distributed by rows ---------------------------------------------------
 
-def _rows(a, B, rdt, call):
-    """(..., N, K) pool @ numpy B: a new pool array, rows computed where the left rows live
-    (in SPMD the ranks compare `call` in the sync that ends it: the result is new, nobody saw
-    what a mismatched call wrote)."""
+def _rows(a, b, rdt, call):
+    """(..., N, K) pool @ b (K, M) or (K,), pool or numpy: a new pool array, rows computed
+    where the left rows live (in SPMD the ranks compare `call` in the sync that ends it: the
+    result is new, nobody saw what a mismatched call wrote)."""
     lead, K = a.shape[:-1], a.shape[-1]
-    out_shape = lead + B.shape[1:]
+    out_shape = lead + b.shape[1:]
     pool = a._a.pool
     pool.check_open()
     if K == 0 or a.size == 0:
@@ -161,6 +165,12 @@ def _rows(a, B, rdt, call):
                                      lambda idx: tuple(idx[:n]) + (np.zeros_like(idx[0]),))
         out = _new(out_shape, rdt, place, "readwrite", "matmul result")[0]
     coll = tiles.collective(a)
+    if not coll and work.servers(pool):      # memory servers compute the slabs they hold
+        if _rows_on_servers(a, b, out, rdt):
+            return out
+        rows_here(a, replicated(b), out, rdt, False)
+        return out
+    B = replicated(b)
     if not coll:                   # a plain script's members compute the rows they home
         if work.share(pool, work.doers(pool, a), ("rows", a, B, out, rdt),
                       lambda handled: rows_here(a, B, out, rdt, handled), [out]) is not None:
@@ -169,6 +179,87 @@ def _rows(a, B, rdt, call):
     if coll:
         pool.sync(call)
     return out
+
+
+def _rows_on_servers(a, b, out, rdt):
+    """a @ b on memory servers: each server computes the result slabs it holds (rows_units),
+    reading the rows of `a` it needs, and `b` when it is a pool array (sent by reference up
+    to the materialize limit, so it never travels through this process), from the servers
+    that hold them. The units of homes that do not compute (a restarted server, inputs a
+    server cannot read) this process computes. False when no server took the plan."""
+    pool = a._a.pool
+    by_ref = isinstance(b, ndarray) and b._a.heap != "pv" and \
+        b.nbytes <= pool.materialize_limit
+    B = b if by_ref else replicated(b)
+    if not by_ref and B.nbytes > PLAN_NUMPY:      # put in the pool once, read by reference
+        try:
+            B = from_numpy(B)
+        except PoolOutOfMemory:
+            pass                    # in the plan if it fits a frame, else all done here
+    doers = work.doers(pool, out, inputs=[a, B])
+    return work.share(pool, doers, ("rows", a, B, out, rdt, True),
+                      lambda handled: rows_units(a, B, out, rdt, handled), [out]) is not None
+
+
+def _whole(b):
+    """Pool array b as numpy, read here (in a server: from its peers one-sided)."""
+    out = np.empty(b.shape, b.dtype)
+    return transfer.read(b._a.pool, b._a, b._off, b._shape, b._strides, b.dtype, out)
+
+
+def rows_units(a, B, out, rdt, coll):
+    """The result units of a @ B this process computes (executor.units of the new C-order
+    `out`, by their home: coll as executor._mine takes it), each written where it lives. A
+    unit is whole slabs of one member, so a memory server writes only memory it holds. A
+    unit's pieces: the tail of a result row its first slab starts in (that row of `a` times
+    the columns of B needed), whole rows in blocks of about a tile of `a` (the next block's
+    slabs prefetched), the head of the row it ends in. B: numpy, or a pool array read whole
+    first."""
+    from .executor import _mine, boxes, units
+    pool = a._a.pool
+    mine = [u for u in units(out) if _mine(pool, u[2], coll)]
+    if not mine:
+        return
+    if isinstance(B, ndarray):
+        B = _whole(B)
+    lo, hi = out._off, out._off + out.nbytes
+    transfer.populate_range(pool, out._a, lo, hi, write=True, only=pool.me)
+    lead, K = a.shape[:-1], a.shape[-1]
+    M = B.shape[1] if B.ndim == 2 else 1
+    it = out.itemsize
+    step = max(1, tiles.target(pool) // (K * a.itemsize))
+    pieces = []                       # (first row, end row, first column, end column)
+    for e0, e1, _ in mine:
+        r, c = divmod(e0, M)
+        if c:                         # the rest of a row begun in the slab before
+            pieces.append((r, r + 1, c, min(M, c + e1 - e0)))
+            r += 1
+        full = e1 // M
+        pieces += [(q, min(full, q + step), 0, M) for q in range(r, full, step)]
+        if e1 % M and full >= r:      # the start of a row that goes on in the next slab
+            pieces.append((full, full + 1, 0, e1 % M))
+
+    def boxes_of(r, rc):
+        return [(tuple(s.start for s in box) + (0,), tuple(s.stop for s in box) + (K,), n)
+                for box, n in boxes(lead, r, rc)]
+
+    scratch = tiles.Scratch()
+    res = np.empty(0, rdt)
+    for i, (r, rc, c0, c1) in enumerate(pieces):
+        if i + 1 < len(pieces):
+            for s, e, _ in boxes_of(*pieces[i + 1][:2]):
+                tiles.hint(a, s, e)
+        w = c1 - c0
+        Bc = B if w == M else B[:, c0:c1]
+        if res.size < (rc - r) * w:
+            res = np.empty((rc - r) * w, rdt)
+        pos = 0
+        for s, e, cnt in boxes_of(r, rc):
+            blk = tiles.read(a, s, e, scratch).reshape(cnt, K)
+            res[pos:pos + cnt * w] = np.matmul(blk, Bc).reshape(-1)    # cast as astype(rdt)
+            pos += cnt * w
+        transfer.write(pool, out._a, out._off + (r * M + c0) * it, (pos,), (it,), out.dtype,
+                       res[:pos])
 
 
 def rows_here(a, B, out, rdt, coll=True):

@@ -29,12 +29,13 @@ from ..array.array import ndarray
 from ..array.creation import _new as _create
 from ..cache import layout, transfer
 from ..pool import agree, work
-from . import tiles
+from . import kernels, tiles
 from .dispatch import implements
 from .tiles import ndim_of as _ndim_of, shape_of as _shape_of
 
 
 _normalize = np.lib.array_utils.normalize_axis_index
+_ASSIGN = kernels.Assign()
 
 
 def _stand_in(x, zero=False):
@@ -87,6 +88,14 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
                           operands=(call_src,))
         if not fresh:
             agree.check(pool.world, call)
+    if not coll and src_pool and call_src.ndim <= dst.ndim and work.servers(pool) and \
+            work.doers(pool, dst, local_ok=work.aligned(dst, [call_src]), inputs=[call_src]):
+        # memory servers: the executor's units are whole slabs of the target, so each server
+        # writes only what it holds, reading src from its peers (the rest runs here; when no
+        # server can, the tiles below, by this process alone)
+        from . import executor
+        executor.run(_ASSIGN, [dst], [call_src], fresh=fresh, what=what)
+        return
     if not coll:                   # a plain script's members write the tiles they home
         if work.share(pool, work.doers(pool, dst), ("assign", dst, call_src),
                       lambda handled: _assign_tiles(dst, src, handled, it), [dst]) is not None:
@@ -94,6 +103,18 @@ def assign(dst, src, sync=True, fresh=False, what="assign"):
     _assign_tiles(dst, src, coll, it)
     if coll and sync:
         pool.sync(call)
+
+
+def set_on_servers(x, idx, value):
+    """x[idx] = value (a basic index, a pool value) in a pool on memory servers: a copy the
+    servers make (assign), reading value's slabs from each other. False elsewhere: the
+    caller copies through this process."""
+    if value.ndim > x.ndim or not work.servers(x._a.pool):
+        return False
+    from ..array import indexing
+    d, shape, strides = indexing.basic(x._shape, x._strides, x._dtype, idx)
+    assign(ndarray(x._a, x._off + d, shape, strides, x._dtype), value)
+    return True
 
 
 def assign_here(dst, src):

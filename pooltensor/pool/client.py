@@ -54,11 +54,24 @@ class ServerChannel:
                  world.hosts[r]] for r, ch in sorted(pool.chans.items())
                 if r != self.peer and getattr(ch, "reach", False)]
 
-    def send(self, data):
+    def _head(self):
         head = self.head
         if self.reach:       # a read from a peer gives up a little before this process
             head = dict(head, peers=self.peers(),      # does: PeerLost naming it, no Timeout
                         timeout=max(1.0, 0.8 * float(self.pool.timeout)))
+        return head
+
+    def fits(self, data):
+        """Does a plan of these bytes fit in one control frame? (A server ends a connection
+        that sends a bigger one: such work stays in this process, pool/work.py.)"""
+        if len(data) + 4096 <= _ctl.MAX_FRAME:
+            return True
+        import msgpack
+        return len(msgpack.packb(dict(self._head(), data=data),
+                                 use_bin_type=True)) <= _ctl.MAX_FRAME
+
+    def send(self, data):
+        head = self._head()
         self.srv.lock.acquire()            # held until the reply is read (recv)
         try:
             _ctl.send_frame(self.srv.sock, dict(head, data=data))

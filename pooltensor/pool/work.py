@@ -194,6 +194,13 @@ def doers(pool, target, local_ok=False, inputs=None, written=True):
     return tuple(sorted(m for m, b in per.items() if b >= least))
 
 
+def servers(pool):
+    """Does this pool compute on memory servers (whose plans must cut work by the output's
+    slabs, since a server writes only the slabs it holds)?"""
+    chans = getattr(pool, "chans", None)
+    return bool(chans) and any(getattr(ch, "aligned_only", False) for ch in chans.values())
+
+
 def _homes(x):
     """The members that home the slabs of pool array x's view."""
     if x.size == 0:
@@ -219,6 +226,11 @@ def servers_reach(pool, target, inputs):
     return True
 
 
+class PlanTooLarge(ValueError):
+    """A plan (its numpy operands, the slab maps of its arrays) too big for a memory server's
+    control frame: the script does that work itself (start())."""
+
+
 class Round:
     """One operation's plans out to some members and their replies back.
 
@@ -234,6 +246,11 @@ class Round:
         self.chans = {m: pool.chans[m] for m in self.members}   # (a lost one leaves pool.chans)
         allocs = []
         msg = dumps((plan, code, np.geterr()), allocs)   # before anything is sent (start())
+        for m in self.members:
+            fits = getattr(self.chans[m], "fits", None)
+            if fits is not None and not fits(msg):
+                raise PlanTooLarge(f"a plan of {len(msg)} bytes does not fit in a memory "
+                                   f"server's control frame")
         for m in self.members:
             ch = self.chans[m]
             try:
@@ -303,7 +320,8 @@ def aligned(target, operands):
 
 def start(pool, members, plan, code=None):
     """A Round of `plan` to `members`, or None when there is nobody to send it to or the plan
-    cannot travel (an operand that does not pickle): the caller then does all the work."""
+    cannot travel (an operand that does not pickle, a plan bigger than a memory server's
+    control frame): the caller then does all the work."""
     if not members:
         return None
     check(pool)
@@ -312,7 +330,7 @@ def start(pool, members, plan, code=None):
         late._drain()
     try:
         return Round(pool, members, plan, code)
-    except (pickle.PicklingError, TypeError, AttributeError):
+    except (pickle.PicklingError, TypeError, AttributeError, PlanTooLarge):
         return None
 
 

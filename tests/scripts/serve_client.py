@@ -149,8 +149,17 @@ elif mode == "compute":
     c = a[1:] - b[:-1]             # misaligned: each server reads its peer's slabs itself
     assert moved() - before < SLAB, moved() - before
     assert_eq(c, ra[1:] - rb[:-1])
+    a2, ra2 = a[:n - 3].reshape(-1, 64), ra[:n - 3].reshape(-1, 64)
+    w = (np.arange(64 * 8) % 5).astype(np.float32).reshape(64, 8)
+    before = moved()
+    d = a2[1:] @ w                 # result rows misaligned with a's: the servers read rows
+    e = a2[:, 1:].reshape(-1)      # a copy between layouts, on the servers as well
+    assert moved() - before < SLAB, moved() - before
+    assert np.allclose(d.to_numpy(), ra2[1:] @ w, rtol=1e-5)
+    assert_eq(e, ra2[:, 1:].reshape(-1))
     plans = {k: v - st0.get(k, 0) for k, v in pool.stats()["plans"].items()}
     assert plans.get("run", 0) > 0 and plans.get("fill", 0) > 0 and plans.get("reduce", 0) > 0
+    assert plans.get("rows", 0) > 0, plans
     pids = pt.map_blocks(lambda x: np.full(x.shape, os.getpid()), a, dtype=np.float32)
     print("pids", *sorted({int(p) for p in pids.to_numpy().tolist()}), "me", os.getpid())
     print("serve client ok", plans)
