@@ -39,6 +39,8 @@ from .errors import BootstrapError, PooltensorError, Timeout
 
 ENV_SECRET = "POOLTENSOR_SECRET_FILE"
 MAX_FRAME = 64 * 1024            # every control message is small: anything larger is hostile
+PLAN_FRAME = 4 << 20             # ...except, once authenticated, a plan and its reply (their
+                                 # slab maps grow with the arrays: ~5 B a slab and array)
 MIN_SECRET = 16
 NONCE = 32
 VERSION = 1
@@ -134,9 +136,10 @@ def _recv_exact(sock, n, deadline=None):
     return bytes(buf)
 
 
-def recv_frame(sock, deadline=None):
+def recv_frame(sock, deadline=None, max_frame=MAX_FRAME):
     """The next message (a dict), or None when the peer closed between frames.
-    ProtocolError for a bad frame; socket.timeout / OSError pass through. `deadline` (a
+    ProtocolError for a bad frame or one over max_frame bytes (PLAN_FRAME only on connections
+    whose peer has authenticated); socket.timeout / OSError pass through. `deadline` (a
     time.monotonic() value) bounds the whole frame, however the bytes trickle in."""
     head = _recv_exact(sock, 4, deadline)
     if head is None:
@@ -144,8 +147,8 @@ def recv_frame(sock, deadline=None):
     if len(head) < 4:
         raise ProtocolError("connection closed in the middle of a frame header")
     (n,) = _LEN.unpack(head)
-    if n > MAX_FRAME:
-        raise ProtocolError(f"frame of {n} bytes (at most {MAX_FRAME})")
+    if n > max_frame:
+        raise ProtocolError(f"frame of {n} bytes (at most {max_frame})")
     body = _recv_exact(sock, n, deadline) if n else b""
     if body is None or len(body) < n:
         raise ProtocolError("connection closed in the middle of a frame")

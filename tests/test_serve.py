@@ -342,7 +342,8 @@ def test_hostile_frames_close_that_connection_only(server, secret):
         s = _authed(server, secret)
         ctl.send_frame(s, msg)
         assert _closed(s), msg
-    for raw in (struct.pack("<I", 1 << 30), struct.pack("<I", 2) + b"\x92\x01"):
+    for raw in (struct.pack("<I", 1 << 30), struct.pack("<I", ctl.PLAN_FRAME + 1),
+                struct.pack("<I", 2) + b"\x92\x01"):
         s = _authed(server, secret)
         s.sendall(raw)
         assert _closed(s), raw
@@ -353,7 +354,7 @@ def test_hostile_frames_close_that_connection_only(server, secret):
         keep.request({"op": "alloc", "size": 1 << 62, "access": "rw"})
     info = keep.request({"op": "info"})
     assert info["free"] == 63 * MiB and info["allocations"] == 1
-    bad = len(HOSTILE_BEFORE_AUTH) + len(after_auth) + 2
+    bad = len(HOSTILE_BEFORE_AUTH) + len(after_auth) + 3
     deadline = time.monotonic() + 10       # the last connections may still be closing
     while info["control"]["bad_frames"] < bad and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -210,7 +210,7 @@ def test_shape_copies_across_servers_match_numpy(pool, rows, cols, r0, c0, px, p
 
 
 def test_a_big_numpy_right_operand_is_put_in_the_pool_once(pool):
-    # 160 KiB of numpy would not fit in a plan (a server's control frame is 64 KiB)
+    # 160 KiB of numpy is not sent in every plan (products.PLAN_NUMPY)
     ra = np.arange(500 * 128, dtype=np.float64).reshape(500, 128) % 11
     rb = np.arange(128 * 160, dtype=np.float64).reshape(128, 160) % 5
     a = _on(pool, ra, "interleave")
@@ -222,9 +222,17 @@ def test_a_big_numpy_right_operand_is_put_in_the_pool_once(pool):
 
 
 def test_a_plan_too_big_for_a_control_frame_runs_in_the_script(pool):
+    # an authenticated plan may be up to control.PLAN_FRAME (4 MiB; 64 KiB before
+    # authentication): 720 KB of numpy operand travels in the plan, 5 MB does not
     ref = np.arange(300 * 300, dtype=np.float64).reshape(300, 300)
     x = _on(pool, ref, "interleave")
-    big = np.cos(ref)                         # 720 KB of numpy operand: no plan carries it
+    mid = np.cos(ref)
+    runs = _plans(pool, "run")
+    np.testing.assert_array_equal((x + mid).to_numpy(), ref + mid)
+    assert _plans(pool, "run") > runs
+    ref = np.arange(800 * 800, dtype=np.float64).reshape(800, 800)
+    x = _on(pool, ref, "interleave")
+    big = np.cos(ref)
     runs = _plans(pool, "run")
     np.testing.assert_array_equal((x + big).to_numpy(), ref + big)
     assert _plans(pool, "run") == runs

@@ -64,11 +64,11 @@ class ServerChannel:
     def fits(self, data):
         """Does a plan of these bytes fit in one control frame? (A server ends a connection
         that sends a bigger one: such work stays in this process, pool/work.py.)"""
-        if len(data) + 4096 <= _ctl.MAX_FRAME:
+        if len(data) + 4096 <= _ctl.PLAN_FRAME:
             return True
         import msgpack
         return len(msgpack.packb(dict(self._head(), data=data),
-                                 use_bin_type=True)) <= _ctl.MAX_FRAME
+                                 use_bin_type=True)) <= _ctl.PLAN_FRAME
 
     def send(self, data):
         head = self._head()
@@ -85,7 +85,7 @@ class ServerChannel:
         old = sock.gettimeout()
         try:
             sock.settimeout(timeout)
-            reply = _ctl.recv_frame(sock)
+            reply = _ctl.recv_frame(sock, max_frame=_ctl.PLAN_FRAME)
         except socket.timeout:
             raise Timeout(f"memory server did not finish its part within {timeout:.0f} s",
                           rank=self.peer, host=self.srv.address) from None

@@ -362,7 +362,7 @@ class Server:
             c.sock.settimeout(None)
             self._log(f"{c.addr} connected ({human(self.free)} free)")
             while not self._stop.is_set():
-                msg = _ctl.recv_frame(c.sock)
+                msg = _ctl.recv_frame(c.sock, max_frame=_ctl.PLAN_FRAME)   # authenticated
                 if msg is None:
                     break
                 _ctl.send_frame(c.sock, self._request(c, msg))
