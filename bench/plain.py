@@ -24,8 +24,9 @@ Peers in the same run: one numpy process on the whole arrays (this process) and 
 processes each on half of them at the same time (what this machine can do for memory-bound
 work: the limit our members could reach). Cold = the first run of each operation (fresh pool
 memory, and fresh numpy memory: a first touch on this VM costs more than the arithmetic);
-warm = the median of --repeats interleaved runs. Ratio = numpy's time / ours (above 1: ours is
-faster). Results: DIR/plain[-quick].{json,txt,png}.
+warm = the median of --repeats runs, ours, numpy's and the pair's of each op run one after
+another in an order rotated from repeat to repeat. Ratio = numpy's time / ours (above 1: ours is
+faster), the median of the per-repeat ratios, so that a burst of load spoils both sides alike. Results: DIR/plain[-quick].{json,txt,png}.
 """
 import argparse
 import json
@@ -177,24 +178,29 @@ def measure(args, label, ref, pair, init):
         got = r if op == "sum" else r.reshape(-1)[:1 << 16].to_numpy()
         assert np.allclose(got, want, rtol=1e-4), (label, op)
         del r
-    fns = {}
+    # every repeat runs ours, numpy and the pair of each op in a rotated order; ratios are
+    # medians of the per-repeat ratios, so a load burst spoils both sides of a ratio alike
+    t = {f"{who} {op}": [] for op in OPS for who in ("ours", "numpy", "pair")}
+    for r in range(args.repeats):
+        for op in OPS:
+            fns = [("ours", ours[op]), ("numpy", ref["ops"][op])]
+            if pair:
+                fns.append(("pair", pair.op(op)))
+            for who, fn in common.rotated(fns, r):
+                t0 = time.perf_counter()
+                own = fn()
+                took = time.perf_counter() - t0
+                # the pair's time is its own clock: the slower half, without the pipes
+                t[f"{who} {op}"].append(own if who == "pair" else took)
     for op in OPS:
-        fns[f"ours {op}"] = ours[op]
-        fns[f"numpy {op}"] = ref["ops"][op]
-    pair_fns = {f"pair {op}": pair.op(op) for op in OPS} if pair else {}
-    t = common.interleaved(fns, args.repeats, warmup=0)
-    tp = {}
-    if pair_fns:                                   # their own clock: the slower half
-        for op, fn in pair_fns.items():
-            tp[op] = [fn() for _ in range(args.repeats)]
-    for op in OPS:
-        o = statistics.median(t[f"ours {op}"])
-        nn = statistics.median(t[f"numpy {op}"])
-        two = statistics.median(tp[f"pair {op}"]) if tp else None
+        o, nn, two = t[f"ours {op}"], t[f"numpy {op}"], t[f"pair {op}"]
         rows.append({"config": label, "op": op, "cold_s": cold[op], "numpy_cold_s":
-                     ref["cold"][op], "warm_s": o, "numpy_s": nn, "pair_s": two,
-                     "cold_ratio": ref["cold"][op] / cold[op], "vs_numpy": nn / o,
-                     "vs_pair": (two / o) if two else None})
+                     ref["cold"][op], "warm_s": statistics.median(o),
+                     "numpy_s": statistics.median(nn),
+                     "pair_s": statistics.median(two) if two else None,
+                     "cold_ratio": ref["cold"][op] / cold[op],
+                     "vs_numpy": common.median_ratio(nn, o),
+                     "vs_pair": common.median_ratio(two, o) if two else None})
     stats = pool.stats()
     rows[0]["plans"] = stats.get("plans", {})
     del a, b, c, ours
