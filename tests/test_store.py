@@ -377,6 +377,28 @@ def test_replicate_to_three(five):
         same(s["w"], MODEL["w"])
 
 
+def test_replicate_reports_each_pull(five):
+    """name_list gives each member's pull trace (what bench/store.py reports): every chunk
+    counted once, the time in gets and waits inside the pull's own time, the slowest get
+    within the gets."""
+    from pooltensor.pool.pull import CHUNK
+    from pooltensor.store import kept
+    pool, _ = five
+    pt.store.put("m", MODEL, placement=[1])
+    pt.store.replicate("m", [3, 4])
+    m = kept.read_manifest(pool.world, "m")
+    total = kept.nslabs(m) * m["slab"]
+    for r in (3, 4):
+        (n,) = [n for n in pool.world.server(r).request({"op": "name_list"})["names"]
+                if "/full" in n["name"]]
+        t = n["trace"]
+        assert n["pulled"] == total and t["chunks"] == -(-total // CHUNK), (total, t)
+        assert 0 < t["first"] <= t["elapsed"] and t["connect"] >= 0, t
+        assert 0 < t["slowest"] <= t["get"] and t["get"] + t["wait"] <= t["elapsed"], t
+    for n in pool.world.server(1).request({"op": "name_list"})["names"]:
+        assert n["trace"] is None                 # filled by its loader, not pulled
+
+
 def _kill_source_midway(pool, srv, source, members):
     """Replicate in a thread; stop the source once the first member has part of the model
     (SIGSTOP: it serves nothing more), check the copy is partial, then SIGKILL it."""

@@ -16,7 +16,9 @@ has), else None. The progress word of this allocation is the int64 at offset `to
 bytes received so far, or -1 once it failed. When a source fails (gone, refusing, failed
 itself, or not moving for `timeout` seconds) it is not asked again: each later chunk comes
 from the first route whose source for it is still good; with none left the allocation is
-marked failed, and its error is kept for ``name_list``.
+marked failed, and its error is kept for ``name_list``, with the pull's trace (seconds
+connecting, in gets, waiting for a source with nothing new, the slowest get, when the first
+chunk landed and the last): bench/store.py reads it to say where a replication's time went.
 """
 import threading
 import time
@@ -64,11 +66,19 @@ class Puller(threading.Thread):
         self.stopped = False
         self.done = 0
         self._ctx = {}
+        # where the pull's time went, for name_list (a benchmark's account of a replication):
+        # seconds connecting, in gets (reading the progress word and the chunk), waiting for
+        # a source that had nothing new, the slowest get, and when the first chunk landed and
+        # the last (from the start of the pull)
+        self.trace = {"connect": 0.0, "get": 0.0, "wait": 0.0, "slowest": 0.0, "chunks": 0,
+                      "first": None, "elapsed": None}
+        self._t0 = time.perf_counter()
 
     def _conn(self, p):
         where = (p["ip"], p["port"])
         ctx = self._ctx.get(where)
         if ctx is None:
+            t = time.perf_counter()
             ctx = _native.Context(0, 2, 1)
             ctx.set_secret(self.secret)
             ctx.set_timeout(self.timeout)
@@ -78,6 +88,7 @@ class Puller(threading.Thread):
                 ctx.close()
                 raise PullError(f"cannot reach {p['ip']}:{p['port']}: {e}") from None
             self._ctx[where] = ctx
+            self.trace["connect"] += time.perf_counter() - t
         return ctx
 
     def _available(self, p, ctx):
@@ -95,18 +106,27 @@ class Puller(threading.Thread):
         new yet; PullError when the source cannot give it."""
         ctx = self._conn(p)
         done = self.done
+        tr = self.trace
         try:
+            t = time.perf_counter()
             have = p["dst"] + self._available(p, ctx)
             if have <= done:
                 if time.monotonic() - self.still > self.timeout:
                     raise PullError(f"the source {p['ip']}:{p['port']} sent nothing for "
                                     f"{self.timeout:g} s")
                 time.sleep(0.002)
+                tr["wait"] += time.perf_counter() - t
                 return
             n = min(CHUNK, have - done)
             ctx.get(1, p["key"], p["off"] + done - p["dst"], self.buf[done:done + n])
         except _native.Error as e:
             raise PullError(f"the source {p['ip']}:{p['port']}: {e}") from None
+        t1 = time.perf_counter()
+        tr["get"] += t1 - t
+        tr["slowest"] = max(tr["slowest"], t1 - t)
+        tr["chunks"] += 1
+        if tr["first"] is None:
+            tr["first"] = t1 - self._t0
         self.done = done + n
         self.progress[0] = self.done
         self.still = time.monotonic()
@@ -133,6 +153,7 @@ class Puller(threading.Thread):
                     dead[p["ip"], p["port"]] = str(e)
                     self.still = time.monotonic()
         finally:
+            self.trace["elapsed"] = time.perf_counter() - self._t0
             for ctx in self._ctx.values():
                 try:
                     ctx.close()
