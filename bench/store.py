@@ -525,7 +525,8 @@ def plot(args, runs, nbytes, load, path):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     common.save_figure(fig, path, f"store cold start, {human_size(nbytes)} model, link "
-                       f"{args.link_rate or 'unshaped'}, load {load[0]:.2f}")
+                       f"{args.link_rate or 'unshaped'}, storage "
+                       f"{args.storage_rate or 'unshaped'}, load {load[0]:.2f}")
 
 
 if __name__ == "__main__":
