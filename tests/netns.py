@@ -268,6 +268,132 @@ class Pair:
         self.close()
 
 
+# -- machines on a switch, for benchmarks --------------------------------------------------------
+#
+# The shared layout above is a full mesh of unshaped veth links: each pair has a link of its own,
+# as fast as this machine's memory. A benchmark that stands in for separate machines needs what a
+# real cluster has: one network card per machine, full duplex, behind a switch, so that everything
+# a machine sends shares its card's rate, and so does everything it receives. Lan makes that,
+# privately (never in the shared layout, which other tests use at the same time): namespaces
+# ptlN-sw (the switch: a bridge) and ptlN-<host> per host, each host's card a veth to a bridge
+# port, the subnet 10.79.N.0/24 (N chosen free under the lock). With a rate, each card's egress
+# (what the host sends) and its switch port's egress (what the host receives) are shaped with an
+# htb class of that rate. close() removes the namespaces, and with them every link and rule; a
+# layout whose owner died without close() is removed by the next Lan.
+
+class Lan:
+    """Hosts `hosts` (short names) on one switch; rates: {host: "1gbit"} or one rate for all
+    (None: unshaped). addr(host), cmd(host, argv), close()."""
+
+    OWNERS = "/tmp/pooltensor-lan-{}.pid"
+
+    def __init__(self, hosts, rate=None, rates=None):
+        why = unavailable()
+        if why:
+            raise RuntimeError(why)
+        if shutil.which("tc") is None and (rate or rates):
+            raise RuntimeError("shaping needs iproute2's `tc`")
+        self.hosts = list(hosts)
+        self.rates = {h: (rates or {}).get(h, rate) for h in self.hosts}
+        with _locked():
+            self._reap()
+            listed = _ip("netns", "list").stdout
+            used = {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
+            n = next((k for k in range(1, 250) if f"ptl{k}-sw" not in used), None)
+            if n is None:
+                raise RuntimeError("no free switch layout (250 in use)")
+            self.n = n
+            self.sw = f"ptl{n}-sw"
+            self.names = {h: f"ptl{n}-{h}" for h in self.hosts}
+            with open(self.OWNERS.format(n), "w") as f:
+                f.write(f"{os.getpid()}\n")
+            try:
+                self._create()
+            except BaseException:
+                self.close()
+                raise
+
+    @classmethod
+    def _reap(cls):
+        """Remove the layouts whose owner process is gone (killed before its close())."""
+        import glob
+        for path in glob.glob(cls.OWNERS.format("*")):
+            n = path.rsplit("-", 1)[1].split(".")[0]
+            try:
+                pid = int(open(path).read())
+                os.kill(pid, 0)
+                continue                          # its owner lives
+            except (ValueError, OSError):
+                pass
+            listed = _ip("netns", "list").stdout
+            for line in listed.splitlines():
+                if line.strip() and line.split()[0].startswith(f"ptl{n}-"):
+                    _ip("netns", "del", line.split()[0], check=False)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    def _create(self):
+        _ip("netns", "add", self.sw)
+        _ip("link", "set", "lo", "up", ns=self.sw)
+        _ip("link", "add", "br0", "type", "bridge", ns=self.sw)
+        _ip("link", "set", "br0", "up", ns=self.sw)
+        for i, h in enumerate(self.hosts):
+            ns, port = self.names[h], f"p{i}"
+            _ip("netns", "add", ns)
+            _ip("link", "set", "lo", "up", ns=ns)
+            _ip("link", "add", port, "type", "veth", "peer", "name", "nic", "netns", ns,
+                ns=self.sw)
+            _ip("link", "set", port, "master", "br0", ns=self.sw)
+            _ip("link", "set", port, "up", ns=self.sw)
+            _ip("addr", "add", f"{self.addr(h)}/24", "dev", "nic", ns=ns)
+            _ip("link", "set", "nic", "up", ns=ns)
+            rate = self.rates[h]
+            if rate:
+                self._shape(ns, "nic", rate)          # what the host sends
+                self._shape(self.sw, port, rate)      # what it receives
+
+    @staticmethod
+    def _shape(ns, dev, rate):
+        for args in (["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+                     ["class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+                      "rate", rate, "ceil", rate, "burst", "256k", "cburst", "256k"]):
+            p = subprocess.run(["tc", "-n", ns, *args], capture_output=True, text=True,
+                               timeout=30)
+            if p.returncode != 0:
+                raise RuntimeError(f"tc {' '.join(args)} in {ns}: {p.stderr.strip()}")
+
+    def addr(self, host):
+        """The host's address (10.79.N.i)."""
+        return f"10.79.{self.n}.{self.hosts.index(host) + 1}"
+
+    def cmd(self, host, argv):
+        """argv run inside the host's namespace."""
+        return ["ip", "netns", "exec", self.names[host], *argv]
+
+    def shaping(self):
+        """What tc says of each host's card and switch port: {host: (sent, received)}."""
+        out = {}
+        for i, h in enumerate(self.hosts):
+            out[h] = tuple(subprocess.run(["tc", "-n", ns, "class", "show", "dev", dev],
+                                          capture_output=True, text=True, timeout=30
+                                          ).stdout.strip()
+                           for ns, dev in ((self.names[h], "nic"), (self.sw, f"p{i}")))
+        return out
+
+    def close(self):
+        """Remove every namespace of the layout (links, bridge and shaping go with them)."""
+        for ns in [self.sw, *getattr(self, "names", {}).values()]:
+            _ip("netns", "del", ns, check=False)
+        with contextlib.suppress(OSError):
+            os.unlink(self.OWNERS.format(self.n))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 # -- pytest -------------------------------------------------------------------------------------
 try:
     import pytest

@@ -124,3 +124,65 @@ def test_servers_across_hosts_killed_client(ns_servers):
 def test_servers_across_hosts_server_gone(ns_servers, how):
     servers, secret = ns_servers
     scenario_server_gone(servers, secret, how, ns="ptns0")
+
+
+_RECEIVE = """
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 7300)); s.listen(1); print("listening", flush=True)
+c, _ = s.accept(); t = time.perf_counter(); n = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    n += len(b)
+print(n, time.perf_counter() - t, flush=True)
+"""
+_SEND = """
+import socket, sys
+with socket.create_connection((sys.argv[1], 7300), timeout=30) as s:
+    s.sendall(bytes(int(sys.argv[2])))
+"""
+
+
+def _transfer(lan, src, dst, nbytes):
+    """Seconds for nbytes from host src to host dst (timed by the receiver)."""
+    rx = subprocess.Popen(lan.cmd(dst, [sys.executable, "-c", _RECEIVE, lan.addr(dst)]),
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        assert rx.stdout.readline().strip() == "listening"
+        subprocess.run(lan.cmd(src, [sys.executable, "-c", _SEND, lan.addr(dst),
+                                     str(nbytes)]), check=True, timeout=60)
+        n, dt = rx.communicate(timeout=60)[0].split()
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+    assert int(n) == nbytes
+    return float(dt)
+
+
+def test_lan_shapes_each_card_both_ways_and_goes(netns):
+    """tests/netns.py's Lan (bench/store.py's machines): a host's card is shaped for what it
+    sends and for what it receives, the others are not; close() removes every namespace, and
+    a layout whose owner died is removed by the next Lan."""
+    from netns import Lan
+    lan = Lan(["a", "b", "c"], rates={"b": "40mbit"})
+    names = [lan.sw, *lan.names.values()]
+    try:
+        nbytes = 2 << 20                          # 0.42 s at 40 Mbit/s, less the bursts
+        assert _transfer(lan, "a", "b", nbytes) > 0.25       # b receives at its rate
+        assert _transfer(lan, "b", "c", nbytes) > 0.25       # b sends at its rate
+        assert _transfer(lan, "a", "c", nbytes) < 0.25       # a to c: unshaped
+        assert "rate 40Mbit" in lan.shaping()["b"][0] and not lan.shaping()["a"][0]
+    finally:
+        lan.close()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n in listed.split() for n in names), listed
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = Lan(["x"])                             # its owner "dies" without close()
+    with open(Lan.OWNERS.format(left.n), "w") as f:
+        f.write(f"{dead.pid}\n")
+    Lan(["y"]).close()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert left.names["x"] not in listed.split(), listed

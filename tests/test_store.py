@@ -377,6 +377,34 @@ def test_replicate_to_three(five):
         same(s["w"], MODEL["w"])
 
 
+def test_replicate_reports_each_pull(five):
+    """name_list gives each member's pull trace (what bench/store.py reports): every chunk
+    counted once, the time in gets and waits inside the pull's own time, the slowest get
+    within the gets; the first member, whose source holds everything, asks for DEPTH chunks
+    at once (the next while one arrives: the link does not idle between chunks)."""
+    from pooltensor.pool.pull import CHUNK, DEPTH
+    from pooltensor.store import kept
+    pool, _ = five
+    big = {"w": np.arange(3 * CHUNK // 4 + 5, dtype=np.float32), "v": MODEL["v"]}
+    pt.store.put("m", big, placement=[1])
+    pt.store.replicate("m", [3, 4])
+    m = kept.read_manifest(pool.world, "m")
+    total = kept.nslabs(m) * m["slab"]
+    for r in (3, 4):
+        (n,) = [n for n in pool.world.server(r).request({"op": "name_list"})["names"]
+                if "/full" in n["name"]]
+        t = n["trace"]
+        assert n["pulled"] == total and t["chunks"] == -(-total // CHUNK), (total, t)
+        assert 0 < t["first"] <= t["elapsed"] and t["connect"] >= 0, t
+        assert 0 < t["slowest"] <= t["get"] and t["get"] + t["wait"] <= t["elapsed"], t
+        assert 1 <= t["in_flight"] <= DEPTH and (r == 4 or t["in_flight"] == DEPTH), t
+    for r in replica_bytes(pool, "m"):
+        for k in big:
+            same(r[k], big[k])
+    for n in pool.world.server(1).request({"op": "name_list"})["names"]:
+        assert n["trace"] is None                 # filled by its loader, not pulled
+
+
 def _kill_source_midway(pool, srv, source, members):
     """Replicate in a thread; stop the source once the first member has part of the model
     (SIGSTOP: it serves nothing more), check the copy is partial, then SIGKILL it."""

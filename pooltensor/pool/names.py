@@ -16,7 +16,8 @@ named allocation belongs to the server, not to a connection:
 - ``name_drop {name}``: the name goes at once (a new one may take it); the memory is freed
   when no connection holds it any more, so readers of a dropped entry keep reading it.
 - ``name_list``: every name with its size, holders and metadata (and, for one being
-  filled, bytes pulled so far and the error if it failed).
+  filled, bytes pulled so far, the error if it failed, and the pull's trace: where its time
+  went, pull.py).
 - ``name_pull {name, total, routes, timeout}``: fill it from other servers (pull.py).
 
 The server keeps at most MAX_NAMES entries; each holds one segment and two keys of the
@@ -57,7 +58,8 @@ class Names:
                     {"name": n.name, "size": n.alloc.size if n.alloc else 0,
                      "holders": len(n.holders), "meta": n.meta,
                      "pulled": int(n.puller.progress[0]) if n.puller else None,
-                     "error": n.puller.error if n.puller else None}
+                     "error": n.puller.error if n.puller else None,
+                     "trace": dict(n.puller.trace) if n.puller else None}
                     for n in self.live.values()]}
         if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX:
             return {"ok": False, "error": f"a name is a string of 1..{NAME_MAX} characters"}
