@@ -39,7 +39,7 @@ typedef struct pt_tcp_server {
     uint64_t seq;
     _Atomic int stopping;
     _Atomic uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
-    _Atomic uint64_t refused;
+    _Atomic uint64_t refused, quiet_refused;
     uint64_t incarnation;       /* random, told in every HELLO: a restarted server differs */
 } pt_tcp_server_t;
 
@@ -165,7 +165,8 @@ static int64_t bump(uint8_t *p, int64_t v)
 }
 
 /* A put whose bytes are all in memory before the counter (a, b) moves (tcp_proto.h). Both
- * targets are checked before anything is written: a refusal changes nothing. */
+ * targets are checked before anything is written: a refusal changes nothing. PUT_NOTIFY_QUIET
+ * is not answered: a refusal is only counted. */
 static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
 {
     pt_ctx_t *ctx = s->ctx;
@@ -185,6 +186,11 @@ static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
     pthread_rwlock_unlock(&ctx->serve_lock);
     if (rc < 0)
         return -1;
+    if (h->op == PT_TCP_OP_PUT_NOTIFY_QUIET) {
+        if (st != PT_OK)
+            atomic_fetch_add(&s->srv->quiet_refused, 1);
+        return 0;
+    }
     return reply(s, h, st, old);
 }
 
@@ -331,6 +337,7 @@ static int valid_request(const pt_tcp_hdr_t *h)
     case PT_TCP_OP_PUT_INDEXED:
         return h->len <= PT_TCP_MAX_PAYLOAD;
     case PT_TCP_OP_PUT_NOTIFY:
+    case PT_TCP_OP_PUT_NOTIFY_QUIET:
         return h->len >= 8 && h->len <= PT_TCP_MAX_PAYLOAD;
     case PT_TCP_OP_FETCH_ADD:
     case PT_TCP_OP_CSWAP:
@@ -401,7 +408,8 @@ static void *serve_main(void *arg)
         case PT_TCP_OP_GET: rc = serve_get(&s, &h); break;
         case PT_TCP_OP_PUT: rc = serve_put(&s, &h); break;
         case PT_TCP_OP_PUT_INDEXED: rc = serve_put_indexed(&s, &h); break;
-        case PT_TCP_OP_PUT_NOTIFY: rc = serve_put_notify(&s, &h); break;
+        case PT_TCP_OP_PUT_NOTIFY:
+        case PT_TCP_OP_PUT_NOTIFY_QUIET: rc = serve_put_notify(&s, &h); break;
         default: rc = serve_atomic(&s, &h); break;
         }
         if (rc < 0) {
@@ -624,4 +632,5 @@ void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out)
     out->bytes_in = atomic_load(&srv->bytes_in);
     out->bytes_out = atomic_load(&srv->bytes_out);
     out->refused = atomic_load(&srv->refused);
+    out->quiet_refused = atomic_load(&srv->quiet_refused);
 }
