@@ -165,6 +165,12 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, double t
         st = pt__sys();
         goto err_fd;
     }
+    /* bytes unacknowledged for the timeout end the connection, as a request unanswered for
+     * that long does: what is written without a request (put_notify_quiet) leaves nothing
+     * to time out, and after a partition a connection whose bytes sat out tcp's
+     * retransmission backoff would hold every later frame behind them for seconds more; a
+     * dropped connection is dialed again at once */
+    pt_plat_unacked_timeout(fd, ctx->timeout);
     st = pt__tcp_authenticate(ctx, fd, deadline, inc);
     if (st != PT_OK)
         goto err_fd;
