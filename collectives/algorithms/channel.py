@@ -236,7 +236,8 @@ class Channel:
         # over tcp a whole chunk goes with its header in one put_notify (a copy here is cheaper
         # than a round trip); over shared memory only small ones (there a put is a copy)
         self.tcp = [t in ("tcp", "verbs") for t in world.transports]
-        if any(self.tcp):
+        self.any_tcp = any(self.tcp)
+        if self.any_tcp:
             raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
             off = (-raw.ctypes.data) % 64
             self.stage = raw[off:off + HDR + self.slot_bytes]
@@ -303,7 +304,7 @@ class Channel:
         """Until the chunk count of counter idx (this rank's window) is >= v; fails if peer
         aborted the operation in progress. Releases still owed are notified before sleeping."""
         c = self.ctr
-        spun = not any(self.tcp)
+        spun = not self.any_tcp
         while True:
             x = c[idx]
             if x & COUNT >= v:
@@ -517,13 +518,13 @@ class Op:
         n = data.nbytes
         gid, seq, algo, sig = self.key
         if ch.tcp[dst] and n <= QUIET_MAX:
-            if dst in ch.inflight:
+            if ch.inflight and dst in ch.inflight:
                 ch._settle(dst)      # complete before the next starts: they land in order
-            stage = ch.stage
-            _HEADER.pack_into(stage, 0, gid, seq, algo, sig, n, ch.recvd[dst])
+            st = ch.stage_mv
+            _HEADER.pack_into(st, 0, gid, seq, algo, sig, n, ch.recvd[dst])
             if n:
-                stage[HDR:HDR + n] = data
-            ch.win.put_notify_quiet(dst, off, stage[:HDR + n], 8 * ch.me, 1)
+                st[HDR:HDR + n] = data
+            ch.win.put_notify_quiet(dst, off, st[:HDR + n], 8 * ch.me, 1)
         elif ch.tcp[dst]:
             if dst in ch.inflight:
                 ch._settle(dst)      # complete before the next starts: they land in order
