@@ -194,3 +194,13 @@ def test_quiet_to_a_stopped_target_times_out():
         p.kill()
         p.wait()
         cli.close()
+
+
+def test_direct_collectives_around_the_largest_unanswered_chunk():
+    """2 ranks over tcp, the direct allreduce, allgather and broadcast at sizes on both sides
+    of channel.QUIET_MAX (a chunk of exactly 256 KiB once went to the native call as a frame
+    64 bytes over its limit: ValueError)."""
+    from conftest import check_ranks
+    p = check_ranks("launch", 2, "coll_quiet_sizes.py",
+                    env={"POOLTENSOR_TRANSPORT": "tcp", "POOLTENSOR_TIMEOUT": "20"}, timeout=120)
+    assert p.stdout.count("quiet sizes ok") == 2, p.stdout[-3000:]

@@ -26,7 +26,7 @@ owed, and before this rank sleeps in a wait (after a short spin, FLUSH_AFTER sec
 never sleeps while owing a slot, so no sender waits on credit that is not coming. Every
 operation needs every member, so a release still owed when an operation ends is carried by
 the next one (its first chunk's ack, or its first wait's flush).
-Over tcp a chunk of up to QUIET_MAX bytes goes with its header in one frame that nobody answers
+Over tcp a chunk of up to QUIET_MAX bytes (256 KiB with its header) goes in one frame that nobody answers
 (Window.put_notify_quiet): the send returns once the socket took it, and the receiver's wait
 for the counter is the only check, so a small collective costs one message each way and no
 round trip. What that gives up: a rank no longer learns that its last chunk landed, so a
@@ -91,8 +91,9 @@ FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed ar
 # receiver thread costs a hand-off, more than these save)
 ASYNC_MIN = int(os.environ.get("POOLTENSOR_CHANNEL_ASYNC_MIN", 64 * 1024))
 # chunks up to this many bytes go over tcp in one frame that is not answered (put_notify_quiet:
-# no round trip, no hand-off; the native frame limit, 256 KiB); larger ones as above
-QUIET_MAX = 256 * 1024
+# no round trip, no hand-off; with their header, the native limit of such a frame, 256 KiB);
+# larger ones as above
+QUIET_MAX = 256 * 1024 - HDR
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
 TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"
