@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from collectives import _native
-from test_tcp import (AUTH_OK, CHUNK, HDR, HELLO, SECRET, _server_process, err, frame, pair,  # noqa: F401
+from test_tcp import (AUTH_OK, CHUNK, HDR, HELLO, SECRET, _server_process, err, frame,
                       recv_exact)
+from test_tcp import pair  # noqa: F401  (the fixture)
 
 QUIET = 24          # PT_TCP_OP_PUT_NOTIFY_QUIET
 

@@ -26,13 +26,13 @@ owed, and before this rank sleeps in a wait (after a short spin, FLUSH_AFTER sec
 never sleeps while owing a slot, so no sender waits on credit that is not coming. Every
 operation needs every member, so a release still owed when an operation ends is carried by
 the next one (its first chunk's ack, or its first wait's flush).
-Over tcp a chunk of up to QUIET_MAX bytes (256 KiB with its header) goes in one frame that nobody answers
-(Window.put_notify_quiet): the send returns once the socket took it, and the receiver's wait
-for the counter is the only check, so a small collective costs one message each way and no
-round trip. What that gives up: a rank no longer learns that its last chunk landed, so a
-partition that lets one rank's chunks through and not its peer's leaves the first done with an
-operation the second gives up; collectives/calls.py brings the two back in step (the record of
-the given-up call is written until it lands). Larger chunks (ASYNC_MIN bytes and more) go with
+Over tcp a chunk of up to QUIET_MAX bytes (256 KiB with its header) goes in one frame that
+nobody answers (Window.put_notify_quiet): the send returns once the socket took it, and the
+receiver's wait for the counter is the only check, so a small collective costs one message
+each way and no round trip. What that gives up: a rank no longer learns that its last chunk
+landed, so a partition that lets one rank's chunks through and not its peer's leaves the first
+done with an operation the second gives up; collectives/calls.py brings the two back in step
+(the record of the given-up call is written until it lands). Larger chunks (ASYNC_MIN bytes and more) go with
 put_notify_async, one in flight per peer (waited for before the next to that peer, so that they
 land in order, and at the end of the operation): the next chunk is received and reduced while
 one is on the wire.
