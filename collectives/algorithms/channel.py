@@ -32,10 +32,10 @@ receiver's wait for the counter is the only check, so a small collective costs o
 each way and no round trip. What that gives up: a rank no longer learns that its last chunk
 landed, so a partition that lets one rank's chunks through and not its peer's leaves the first
 done with an operation the second gives up; collectives/calls.py brings the two back in step
-(the record of the given-up call is written until it lands). Larger chunks (ASYNC_MIN bytes and more) go with
-put_notify_async, one in flight per peer (waited for before the next to that peer, so that they
-land in order, and at the end of the operation): the next chunk is received and reduced while
-one is on the wire.
+(the record of the given-up call is written until it lands). Larger chunks (ASYNC_MIN bytes
+and more) go with put_notify_async, one in flight per peer (waited for before the next to that
+peer, so that they land in order, and at the end of the operation): the next chunk is received
+and reduced while one is on the wire.
 The counters only grow, so consecutive collectives continue one stream per pair; the header
 (op sequence number of the group, digest of the call, algorithm and group, payload length,
 ack) gives every operation in flight its own tag and catches calls that do
