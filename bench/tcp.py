@@ -2,6 +2,7 @@
 across network namespaces; allreduce across namespaces against MPI's.
 
     python bench/tcp.py [--quick] [--out DIR] [--links loopback,netns] [--netmods ucx,ofi]
+                        [--max-size N] [--allreduce-sizes 4096,16384,65536]
 
 Contenders, each moving the same bytes between two processes:
 
@@ -78,6 +79,8 @@ def parse(argv=None):
     p.add_argument("--target-ms", type=float, default=None, help="time per batch (default 40)")
     p.add_argument("--repeats", type=int, default=None, help="repeats per size (default 7)")
     p.add_argument("--no-allreduce", action="store_true", help="skip allreduce across netns")
+    p.add_argument("--allreduce-sizes", default=None, help="allreduce sizes in bytes, comma "
+                   "separated (default 4 KiB, x16 up to --max-size, at most 64 MiB)")
     p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     a = p.parse_args(argv)
     q = a.quick
@@ -405,7 +408,8 @@ def main(argv=None):
     t0 = time.monotonic()
     load0 = os.getloadavg()
     sizes = common.sizes(4 * KiB, a.max_size, 4)
-    ar_sizes = [s for s in common.sizes(4 * KiB, min(a.max_size, 64 * MiB), 16)]
+    ar_sizes = ([int(x) for x in a.allreduce_sizes.split(",") if x] if a.allreduce_sizes
+                else common.sizes(4 * KiB, min(a.max_size, 64 * MiB), 16))
     notes, links = [], []
     want = [x for x in a.links.split(",") if x]
     netns_ok = False

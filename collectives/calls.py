@@ -42,9 +42,10 @@ A lost peer ends collectives for good: every later call raises PeerLost at once.
 
 What no timeout can promise: a rank that completes a call in the very instant its peer's deadline
 passes may return before the peer's record arrives; so may a stopped rank that resumes with its
-peers' data already delivered, and over tcp a rank stopped right after completing a call (or a
-partition that drops the answers to its last message) makes its peers' last acknowledgement of
-the call time out. The rank that completed finds the record at its next call (or
+peers' data already delivered; and over tcp the channel's messages are not answered (one
+message each way per call), so a partition that lets one rank's last message through and not
+its peer's, or a rank stopped right after its peers' data reached it, leaves a rank done with
+a call its peer gives up. The rank that completed finds the record at its next call (or
 World.barrier()), says so (RuntimeWarning), and the epochs meet there. Where the record comes
 later still (a partition held it), that next call fails on both ranks (neither finds the other
 in it) and, being the same call, puts both in the same epoch: the call after it works.

@@ -158,9 +158,9 @@ class Counted:
 def status_of(exc):
     """The native status a failed collective is counted with (errors; Timeout also as a
     timeout)."""
-    from .errors import PeerLost, Timeout
     if exc is None:
         return _native.OK
+    from .errors import PeerLost, Timeout
     if isinstance(exc, Timeout):
         return _native.ERR_TIMEOUT
     if isinstance(exc, PeerLost):

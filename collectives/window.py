@@ -283,6 +283,22 @@ class Window:
         except _native.Error as e:
             raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put_notify")
 
+    def put_notify_quiet(self, rank, offset, data, notify_offset, value=1):
+        """put_notify() that nobody answers: over tcp one frame (at most 256 KiB of data),
+        and the call returns once the socket took it (no round trip, nothing left in flight).
+        Only the receiver knows whether it landed: for a protocol where the receiver waits on
+        the counter anyway (a collective's channel). A refusal at the target changes nothing
+        there and is counted in its tcp_stats()['quiet_refused']; the errors raised are the
+        sending's (Timeout: the socket took nothing within the timeout; PeerLost;
+        ConnectionDropped: the frame may or may not land). Elsewhere it is put_notify()."""
+        self._check(rank, offset)
+        self._check(rank, notify_offset)
+        key = self._keys[rank]
+        try:
+            self._ctx.put_notify_quiet(rank, key, offset, data, key, notify_offset, value)
+        except _native.Error as e:
+            raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put_notify")
+
     def put_notify_async(self, rank, offset, data, notify_offset, value=1):
         """put_notify() without waiting for the target's answer: returns a Request (its wait()
         raises the put_notify's error; flush() waits for every one still open). `data` must

@@ -57,8 +57,8 @@ def test_across_network_namespaces(netns):
 @pytest.mark.parametrize("cut,pause,sound", [("0", "0", "4"), ("3", "0", "4"),
                                              ("0.3", "1", "6")])
 def test_record_lost_in_a_partition_leaves_the_world_usable(cut, pause, sound):
-    """A rank gives up a call its peer completed (the answer to its last write lost) and its
-    record of it is dropped for `cut` s (longer than the timeout: a partition). The ranks used
+    """A rank gives up a call its peer completed (a partition starting right after its own
+    data left) and its record of it is dropped for `cut` s (longer than the timeout: a partition). The ranks used
     to stay one call apart for good: the next calls met the wrong call of the other rank
     (a wrong sum, or a mismatch every time). Now one more call fails on both (typed, within
     the timeout) and every call after it is right; none fails where the record, written again

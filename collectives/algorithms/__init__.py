@@ -24,7 +24,13 @@ def digest(name):
     """A per-algorithm number mixed into a call's digest, so ranks that chose different
     algorithms are told so instead of waiting for each other. 1 and 2 are one-shot and
     two-shot, as the native team numbers them."""
-    return {"oneshot": 1, "twoshot": 2}.get(name) or (sum(map(ord, name)) << 8)
+    d = _DIGESTS.get(name)
+    if d is None:
+        d = _DIGESTS[name] = {"oneshot": 1, "twoshot": 2}.get(name) or (sum(map(ord, name)) << 8)
+    return d
+
+
+_DIGESTS = {}
 
 
 def register(kind, name):

@@ -16,20 +16,26 @@ rank's window holds::
 
 send(d, chunk): wait until credit[d] > sent[d] - nslots (a free slot), put header and payload
 into slot sent[d] % nslots of my area in d's window with a notify of d's arrived[me] that lands
-after the bytes (Window.put_notify: one round trip over tcp). recv(s): wait until arrived[s] >
-recvd[s], check the header, read the payload in place, release() gives the slot back.
+after the bytes (Window.put_notify). recv(s): wait until arrived[s] > recvd[s], check the
+header, read the payload in place, release() gives the slot back.
 Over shared memory the release notifies credit[me] in s's window at once (a store). Over tcp it
 costs nothing on the spot: the next chunk this rank sends to s carries how many of s's chunks it
 has consumed (the header's ack, read by s when it receives that chunk), and the releases still
-owed are notified in one call (value = their count) once half the slots of s are owed, before
-this rank sleeps in a wait (after a short spin, FLUSH_AFTER seconds), and at the end of every
-operation: a rank never sleeps while owing a slot, so no sender waits on credit that is not
-coming, and an operation pays one release round trip per peer, not one per chunk. That last
-round trip stays: without it a rank could return from an operation that its peer, cut off by
-a partition after the last data arrived, fails; the two would then disagree about the call.
-Chunks of ASYNC_MIN bytes and more go with put_notify_async, one in flight per peer (waited
-for before the next to that peer, so that they land in order, and at the end of the
-operation): the next chunk is received and reduced while one is on the wire.
+owed are notified in one unanswered frame (value = their count) once half the slots of s are
+owed, and before this rank sleeps in a wait (after a short spin, FLUSH_AFTER seconds): a rank
+never sleeps while owing a slot, so no sender waits on credit that is not coming. Every
+operation needs every member, so a release still owed when an operation ends is carried by
+the next one (its first chunk's ack, or its first wait's flush).
+Over tcp a chunk of up to QUIET_MAX bytes (256 KiB with its header) goes in one frame that
+nobody answers (Window.put_notify_quiet): the send returns once the socket took it, and the
+receiver's wait for the counter is the only check, so a small collective costs one message
+each way and no round trip. What that gives up: a rank no longer learns that its last chunk
+landed, so a partition that lets one rank's chunks through and not its peer's leaves the first
+done with an operation the second gives up; collectives/calls.py brings the two back in step
+(the record of the given-up call is written until it lands). Larger chunks (ASYNC_MIN bytes
+and more) go with put_notify_async, one in flight per peer (waited for before the next to that
+peer, so that they land in order, and at the end of the operation): the next chunk is received
+and reduced while one is on the wire.
 The counters only grow, so consecutive collectives continue one stream per pair; the header
 (op sequence number of the group, digest of the call, algorithm and group, payload length,
 ack) gives every operation in flight its own tag and catches calls that do
@@ -84,6 +90,10 @@ FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed ar
 # rank receives and reduces; smaller ones wait at once (an answer read by the connection's
 # receiver thread costs a hand-off, more than these save)
 ASYNC_MIN = int(os.environ.get("POOLTENSOR_CHANNEL_ASYNC_MIN", 64 * 1024))
+# chunks up to this many bytes go over tcp in one frame that is not answered (put_notify_quiet:
+# no round trip, no hand-off; with their header, the native limit of such a frame, 256 KiB);
+# larger ones as above
+QUIET_MAX = 256 * 1024 - HDR
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
 TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"
@@ -227,7 +237,8 @@ class Channel:
         # over tcp a whole chunk goes with its header in one put_notify (a copy here is cheaper
         # than a round trip); over shared memory only small ones (there a put is a copy)
         self.tcp = [t in ("tcp", "verbs") for t in world.transports]
-        if any(self.tcp):
+        self.any_tcp = any(self.tcp)
+        if self.any_tcp:
             raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
             off = (-raw.ctypes.data) % 64
             self.stage = raw[off:off + HDR + self.slot_bytes]
@@ -294,7 +305,7 @@ class Channel:
         """Until the chunk count of counter idx (this rank's window) is >= v; fails if peer
         aborted the operation in progress. Releases still owed are notified before sleeping."""
         c = self.ctr
-        spun = not any(self.tcp)
+        spun = not self.any_tcp
         while True:
             x = c[idx]
             if x & COUNT >= v:
@@ -316,14 +327,23 @@ class Channel:
                 raise Timeout(f"{op.what}: waited {self.world.timeout} s for rank {peer}",
                               rank=peer, host=self.world.hosts[peer]) from None
 
-    def _flush(self, src=None):
-        """Notify the releases owed (to src, or to every sender): one call each, value = the
-        count."""
+    def _flush(self, src=None, net=True):
+        """Notify the releases owed (to src, or to every sender; net=False: only those over
+        shared memory): one call each, value = the count; over tcp an unanswered frame (the
+        frames to a rank land in order, and a sender that waits for credit waits with a
+        timeout)."""
         for s in (self._senders_of(self.me) if src is None else (src,)):
             owed = self.recvd[s] - self.notified[s]
             if owed > 0:
-                self.notified[s] = self.recvd[s]
-                self.win.notify(s, 8 * (self.n + self.me), owed)
+                if self.tcp[s]:
+                    if not net:
+                        continue
+                    self.notified[s] = self.recvd[s]
+                    off = 8 * (self.n + self.me)
+                    self.win.put_notify_quiet(s, off, _EMPTY, off, owed)
+                else:
+                    self.notified[s] = self.recvd[s]
+                    self.win.notify(s, 8 * (self.n + self.me), owed)
 
     def _check_aborts(self, peer, count):
         """Raise if peer gave up our operation, or a later one (so it left ours too: while this
@@ -473,10 +493,9 @@ class Op:
         if e is None:
             try:
                 ch._settle()     # this operation's sends: a failure fails it on every member
-                # the releases still owed, in one call per sender: the last round trip of the
-                # operation, so that a rank whose peer cannot finish (a partition, a stop)
-                # fails the operation with it rather than return while the peer gives it up
-                ch._flush()
+                # the releases still owed over shared memory (a store each); over tcp the next
+                # operation carries them (module docstring)
+                ch._flush(net=False)
             except Exception as late:
                 ch.dirty = True
                 ch._abort(self, *_reason(late, ch.me))
@@ -499,7 +518,15 @@ class Op:
         off = ch._base(dst, ch.me) + (k % ch.nslots) * ch.stride
         n = data.nbytes
         gid, seq, algo, sig = self.key
-        if ch.tcp[dst]:
+        if ch.tcp[dst] and n <= QUIET_MAX:
+            if ch.inflight and dst in ch.inflight:
+                ch._settle(dst)      # complete before the next starts: they land in order
+            st = ch.stage_mv
+            _HEADER.pack_into(st, 0, gid, seq, algo, sig, n, ch.recvd[dst])
+            if n:
+                st[HDR:HDR + n] = data
+            ch.win.put_notify_quiet(dst, off, st[:HDR + n], 8 * ch.me, 1)
+        elif ch.tcp[dst]:
             if dst in ch.inflight:
                 ch._settle(dst)      # complete before the next starts: they land in order
             stage = ch._stage(dst) if n >= ASYNC_MIN else ch.stage

@@ -1,7 +1,7 @@
 """Direct algorithms over a channel: every rank sends its whole input to every other rank at
-once, so a small collective is one exchange (one put_notify to each peer, then the channel's
-closing release), where the ring pays 2 (p - 1) steps and recursive doubling log2(p) (plus a
-fold when p is not a power of two), each a round trip over tcp.
+once, so a small collective is one exchange (one message to each peer: over tcp an unanswered
+frame, channel.py), where the ring pays 2 (p - 1) steps and recursive doubling log2(p) (plus a
+fold when p is not a power of two).
 
 allreduce: each rank reduces every rank's input in rank order with one kernel call (the order
 of the shared-memory team's one-shot and of ordered.py): the same bytes on every rank and the

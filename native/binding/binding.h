@@ -65,6 +65,7 @@ PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused);
 PyObject *pt_py_tcp_peer_stats(ContextObject *self, PyObject *args);
 PyObject *pt_py_tcp_rejoin(ContextObject *self, PyObject *args);
 PyObject *pt_py_tcp_open(ContextObject *self, PyObject *args);
+PyObject *pt_py_put_notify_quiet(ContextObject *self, PyObject *args);
 PyObject *pt_py_transport(ContextObject *self, PyObject *args);
 PyObject *pt_py_hmac_sha256(PyObject *m, PyObject *args);
 PyObject *pt_py_sha256(PyObject *m, PyObject *args);

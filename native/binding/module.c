@@ -665,6 +665,9 @@ static PyMethodDef Context_methods[] = {
     {"put_notify_async", (PyCFunction)Context_put_notify_async, METH_VARARGS,
      "put_notify_async(rank, key, offset, data, notify_key, notify_offset, value) -> Request: "
      "put_notify without waiting; data stays unchanged until it completes."},
+    {"put_notify_quiet", (PyCFunction)pt_py_put_notify_quiet, METH_VARARGS,
+     "put_notify_quiet(rank, key, offset, data, notify_key, notify_offset, value): put_notify "
+     "in one frame that is not answered (tcp; others: put_notify)."},
     {"notify_async", (PyCFunction)Context_notify_async, METH_VARARGS,
      "notify_async(rank, key, offset, value) -> Request: notify without waiting."},
     {"wait_local", (PyCFunction)Context_wait_local, METH_VARARGS,
@@ -719,7 +722,7 @@ static PyMethodDef Context_methods[] = {
      "tcp_rejoin(rank): a tcp peer marked lost (a restarted memory server) is reached again."},
     {"tcp_stats", (PyCFunction)pt_py_tcp_stats, METH_NOARGS,
      "tcp_stats() -> dict: accepted, active, auth_failures, bad_frames, requests, bytes_in, "
-     "bytes_out, refused (turned away at accept) of this context's tcp server."},
+     "bytes_out, refused (turned away at accept), quiet_refused of this context's tcp server."},
     {"transport", (PyCFunction)pt_py_transport, METH_VARARGS,
      "transport(rank) -> 'shm', 'tcp', 'verbs' or 'none': how rank is reached."},
     {"stats", (PyCFunction)pt_py_stats, METH_NOARGS,

@@ -97,14 +97,15 @@ PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused)
     CTX(self);
     pt_tcp_stats_t s;
     pt_ctx_tcp_stats(self->ctx, &s);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
                          "active", (unsigned long long)s.active, "auth_failures",
                          (unsigned long long)s.auth_failures, "bad_frames",
                          (unsigned long long)s.bad_frames, "requests",
                          (unsigned long long)s.requests, "bytes_in",
                          (unsigned long long)s.bytes_in, "bytes_out",
                          (unsigned long long)s.bytes_out, "refused",
-                         (unsigned long long)s.refused);
+                         (unsigned long long)s.refused, "quiet_refused",
+                         (unsigned long long)s.quiet_refused);
 }
 
 PyObject *pt_py_tcp_peer_stats(ContextObject *self, PyObject *args)
@@ -161,4 +162,28 @@ PyObject *pt_py_sha256(PyObject *m, PyObject *args)
     pt_sha256(msg.buf, (size_t)msg.len, out);
     PyBuffer_Release(&msg);
     return PyBytes_FromStringAndSize((const char *)out, 32);
+}
+
+/* put_notify_quiet(rank, key, offset, data, notify_key, notify_offset, value): returns once
+ * the frame is written (pt_put_notify_quiet). The GIL is let go: a socket that a stopped peer
+ * filled may hold the call up to the timeout, and the other threads (the heralds that tell
+ * the peers of a failure) must run meanwhile. */
+PyObject *pt_py_put_notify_quiet(ContextObject *self, PyObject *args)
+{
+    int rank;
+    unsigned long long key, off, nkey, noff;
+    long long v;
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "iO&O&y*O&O&L", &rank, pt_py_u64, &key, pt_py_u64, &off, &b,
+                          pt_py_u64, &nkey, pt_py_u64, &noff, &v))
+        return NULL;
+    pt_status_t st = PT_ERR_CLOSED;
+    pt_ctx_t *c = self->ctx;
+    if (c) {
+        Py_BEGIN_ALLOW_THREADS
+        st = pt_put_notify_quiet(c, rank, key, off, b.buf, (size_t)b.len, nkey, noff, v);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&b);
+    return pt_py_none_or_raise(st, -1);
 }

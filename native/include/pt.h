@@ -183,10 +183,11 @@ pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank);
  * handshakes failed, frames refused as malformed (each closed its connection), requests
  * served, bytes received and sent on served connections (headers included), and connections
  * turned away (closed at accept while the authenticated ones were at their cap, or the oldest
- * still in its handshake closed to make room for a new one). */
+ * still in its handshake closed to make room for a new one), and pt_put_notify_quiet frames
+ * refused (key, bounds, mode or alignment: nothing was written, nobody was told). */
 typedef struct {
     uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
-    uint64_t refused;
+    uint64_t refused, quiet_refused;
 } pt_tcp_stats_t;
 void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out);
 /* What reconnect saw of one tcp peer: connections re-established after a drop, restarts seen
@@ -248,6 +249,20 @@ pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, c
 pt_status_t pt_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                 const void *src, size_t len, uint64_t nkey, uint64_t noff,
                                 int64_t v, pt_req_t **out);
+/* pt_put_notify with no answer at all: over tcp one frame (header, value and the bytes, len
+ * at most 256 KiB: PT_ERR_INVALID beyond), written by the calling thread; the call returns once
+ * the socket took it. Nothing stays in flight and no reply comes back (no receiver-thread
+ * hand-off, no round trip): the receiver's wait on the counter is the only check. A refusal at
+ * the target changes nothing there and is counted (pt_tcp_stats_t.quiet_refused), nobody is
+ * told. These frames to one rank land in the order they were written, after every request to
+ * it that completed before. Errors are what the sending met: PT_ERR_TIMEOUT when the socket
+ * did not take the frame within the context's timeout (a peer that stopped reading; the
+ * connection is then closed: a part of the frame may have gone), PT_ERR_PEER_LOST when the
+ * peer is gone, PT_ERR_INDOUBT when the connection dropped while writing (the frame may or may
+ * not land). Other transports: pt_put_notify. */
+pt_status_t pt_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                int64_t v);
 /* pt_notify without waiting for the answer: *out completes with the target's status (over
  * shared memory it is done already). Errors found at once (unknown rank, lost peer, and over
  * shared memory any refusal) are returned here instead. Notifies to one rank are applied in

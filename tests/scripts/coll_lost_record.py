@@ -2,8 +2,8 @@
 again after it (it used to stay one call apart for good, every later call failing).
 
 Two ranks over tcp (POOLTENSOR_TRANSPORT=tcp), the direct allreduce. In call 2 the last rank's
-data reaches rank 0, then "the partition starts": the answer to that write is lost (the last
-rank's send raises Timeout, so it gives the call up) and for CUT seconds every write and read
+data reaches rank 0, then "the partition starts": the last rank's send raises Timeout (as its
+wait for rank 0's data would), so it gives the call up, and for CUT seconds every write and read
 of the last rank to rank 0 through its windows fails with Timeout, as they do in a partition
 (its record of the call and the channel's abort among them). Rank 0 completes the call. Both
 then call allreduce until CALLS calls have been made: the failures are typed and within the
@@ -54,17 +54,19 @@ def cut(fn):
 assert np.array_equal(collectives.allreduce(x(1), algorithm="direct"), want(1))
 if rank == odd:
     ch, board = world._channels, world._calls.win
-    real = ch.win.put_notify
+    real = ch.win.put_notify_quiet      # how the channel sends a small chunk over tcp
 
     def lost_answer(*a, **k):
-        """The data lands; the answer does not (the partition starts in between)."""
+        """The data lands; then the partition starts: nothing of rank 0's comes through (its
+        data for this call, which this rank's wait gives up on, stands in as a Timeout here)."""
         real(*a, **k)
         until[0] = time.monotonic() + CUT
-        ch.win.put_notify = cut(real)
-        raise Timeout("the answer was lost in a partition (test)", rank=0)
+        ch.win.put_notify_quiet = cut(real)
+        raise Timeout("the partition started after this rank's data left (test)", rank=0)
 
-    ch.win.put_notify = lost_answer
+    ch.win.put_notify_quiet = lost_answer
     ch.win.put, ch.win.notify = cut(ch.win.put), cut(ch.win.notify)
+    ch.win.put_notify = cut(ch.win.put_notify)
     board.put_notify, board.get = cut(board.put_notify), cut(board.get)
 try:
     got = collectives.allreduce(x(2), algorithm="direct")

@@ -91,7 +91,7 @@ class Gen:
             f.len = n + 8 if rng.random() < 0.95 else rng.choice([0, 7])
         else:
             f.op = rng.choice([0, w.HELLO, w.AUTH, w.AUTH_OK, w.GET | w.REPLY, w.PUT | w.REPLY,
-                               w.PUT_NOTIFY + 1, 0x7F, 0xFF, 0xFFFF,
+                               w.PUT_NOTIFY_QUIET + 1, 0x7F, 0xFF, 0xFFFF,
                                rng.getrandbits(16) | 0x100])   # (never a valid op)
             f.len = rng.choice([0, 32, 64])
         if rng.random() < 0.04:

@@ -24,6 +24,8 @@ REPLY = 0x80
 VERSION = 1
 HELLO, AUTH, AUTH_OK = 1, 2, 3
 GET, PUT, FETCH_ADD, CSWAP, NOTIFY, PUT_INDEXED, BYE, PUT_NOTIFY = 16, 17, 18, 19, 20, 21, 22, 23
+# valid, never answered: not generated here (no reply to check it by; tests/test_tcp_quiet.py)
+PUT_NOTIFY_QUIET = 24
 ATOMICS = (FETCH_ADD, CSWAP, NOTIFY)
 OP_NAMES = {HELLO: "HELLO", AUTH: "AUTH", AUTH_OK: "AUTH_OK", GET: "GET", PUT: "PUT",
             FETCH_ADD: "FETCH_ADD", CSWAP: "CSWAP", NOTIFY: "NOTIFY",

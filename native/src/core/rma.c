@@ -103,6 +103,16 @@ pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, c
     COUNTED(PT_STAT_OP_PUT_NOTIFY, len, put_notify(ctx, rank, key, off, src, len, nkey, noff, v));
 }
 
+pt_status_t pt_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                int64_t v)
+{
+    if (pt__peer_ops(ctx, rank)->put_notify_quiet)
+        COUNTED(PT_STAT_OP_PUT_NOTIFY, len,
+                put_notify_quiet(ctx, rank, key, off, src, len, nkey, noff, v));
+    COUNTED(PT_STAT_OP_PUT_NOTIFY, len, put_notify(ctx, rank, key, off, src, len, nkey, noff, v));
+}
+
 pt_status_t pt_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                 const void *src, size_t len, uint64_t nkey, uint64_t noff,
                                 int64_t v, pt_req_t **out)

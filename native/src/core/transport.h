@@ -66,6 +66,11 @@ typedef struct pt_transport_ops {
     pt_status_t (*put_notify_async)(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                     const void *src, size_t len, uint64_t nkey, uint64_t noff,
                                     int64_t v, pt_req_t **out);
+    /* put_notify with no answer (pt_put_notify_quiet); NULL where a transport has none
+     * (pt_put_notify_quiet then runs put_notify) */
+    pt_status_t (*put_notify_quiet)(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                    const void *src, size_t len, uint64_t nkey, uint64_t noff,
+                                    int64_t v);
     /* n > 0, offs and src set, itemsize > 0 (checked by the caller) */
     pt_status_t (*put_indexed)(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
                                size_t n, size_t itemsize, const void *src);

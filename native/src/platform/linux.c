@@ -407,6 +407,12 @@ void pt_plat_keepalive(int fd, int idle, int intvl, int cnt)
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 }
 
+void pt_plat_unacked_timeout(int fd, double seconds)
+{
+    unsigned ms = seconds > 4e6 ? 4000000000u : (unsigned)(seconds * 1000.0);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+}
+
 void pt_plat_rwlock_init(pthread_rwlock_t *l)
 {
     pthread_rwlockattr_t a;

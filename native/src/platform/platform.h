@@ -120,6 +120,9 @@ int pt_plat_socket(int family, int nonblock);
 int pt_plat_accept(int lfd);
 /* Keepalive probes after idle seconds, every intvl seconds, cnt of them (what the system has). */
 void pt_plat_keepalive(int fd, int idle, int intvl, int cnt);
+/* Data written to fd that stays unacknowledged for `seconds` ends the connection (the system
+ * resets it): where the system has such a timeout (Linux TCP_USER_TIMEOUT); else nothing. */
+void pt_plat_unacked_timeout(int fd, double seconds);
 /* A send that never raises SIGPIPE: flags for send()/sendmsg(), and pt_plat_socket has set
  * SO_NOSIGPIPE where there is no MSG_NOSIGNAL (macOS). */
 #ifdef MSG_NOSIGNAL

@@ -462,6 +462,17 @@ void pt_plat_keepalive(int fd, int idle, int intvl, int cnt)
 #endif
 }
 
+void pt_plat_unacked_timeout(int fd, double seconds)
+{
+#ifdef TCP_USER_TIMEOUT
+    unsigned ms = seconds > 4e6 ? 4000000000u : (unsigned)(seconds * 1000.0);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+#else
+    (void)fd;
+    (void)seconds;
+#endif
+}
+
 void pt_plat_rwlock_init(pthread_rwlock_t *l) { pthread_rwlock_init(l, NULL); }
 
 void pt_plat_secure_zero(void *p, size_t len)

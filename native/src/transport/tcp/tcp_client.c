@@ -165,6 +165,12 @@ static pt_status_t conn_open(pt_ctx_t *ctx, int rank, pt_tcp_peer_t *p, double t
         st = pt__sys();
         goto err_fd;
     }
+    /* bytes unacknowledged for the timeout end the connection, as a request unanswered for
+     * that long does: what is written without a request (put_notify_quiet) leaves nothing
+     * to time out, and after a partition a connection whose bytes sat out tcp's
+     * retransmission backoff would hold every later frame behind them for seconds more; a
+     * dropped connection is dialed again at once */
+    pt_plat_unacked_timeout(fd, ctx->timeout);
     st = pt__tcp_authenticate(ctx, fd, deadline, inc);
     if (st != PT_OK)
         goto err_fd;
@@ -566,6 +572,53 @@ static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_
     return tcp_put_notify_async(ctx, rank, key, off, src, len, nkey, noff, v, NULL);
 }
 
+/* PUT_NOTIFY_QUIET (pt_put_notify_quiet): one frame written here, under the connection's send
+ * lock like every frame (so it never splits another one), and nothing waited for. No request
+ * takes a slot: no reply comes, so neither the receiver thread nor a waiter wakes for it. The
+ * write has the context's timeout: a peer that stopped reading fills the socket, and a frame
+ * cut short breaks the stream, so the connection then fails (the next call dials again). */
+static pt_status_t tcp_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                        const void *src, size_t len, uint64_t nkey,
+                                        uint64_t noff, int64_t v)
+{
+    pt_status_t st = check_peer(ctx, rank);
+    if (st != PT_OK)
+        return st;
+    if ((len && !src) || len > PT_TCP_CHUNK)
+        return PT_ERR_INVALID;
+    uint8_t hb[PT_TCP_HDR], vb[8];
+    pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_PUT_NOTIFY_QUIET, .key = key,
+                      .off = off, .len = 8 + len, .a = (int64_t)nkey, .b = (int64_t)noff};
+    pt__hdr_pack(&h, hb);
+    pt__le_put(vb, (uint64_t)v, 8);
+    double deadline = pt__now() + ctx->timeout, backoff = 0.01;
+    for (;;) {
+        pt_tcp_conn_t *c;
+        st = dial_until(ctx, rank, deadline, &backoff, &c);
+        if (st != PT_OK)
+            return st;
+        struct iovec iov[3] = {{hb, PT_TCP_HDR}, {vb, 8}, {(void *)(uintptr_t)src, len}};
+        pthread_mutex_lock(&c->send_lock);
+        int rc = atomic_load(&c->dead) ? 1
+                 : pt__tcp_sendv(c->fd, iov, len ? 3 : 2, deadline, &c->abort);
+        int err = errno;
+        pthread_mutex_unlock(&c->send_lock);
+        if (rc == 0)
+            return PT_OK;
+        if (rc > 0) {
+            /* dead before ours went: dial again (a new connection), within the deadline */
+            if (pt__now() >= deadline)
+                return PT_ERR_TIMEOUT;
+            continue;
+        }
+        /* part of the frame may be on the wire: this connection is over */
+        pt__tcp_conn_fail(c, err == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST);
+        if (err == ETIMEDOUT)
+            return PT_ERR_TIMEOUT;
+        return atomic_load(&ctx->peers[rank].lost) ? PT_ERR_PEER_LOST : PT_ERR_INDOUBT;
+    }
+}
+
 /* A notify in flight: *out completes with the target's answer. */
 static pt_status_t tcp_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                     int64_t v, pt_req_t **out)
@@ -731,6 +784,7 @@ const pt_transport_ops_t pt_transport_tcp = {
     .notify_async = tcp_notify_async,
     .put_notify = tcp_put_notify,
     .put_notify_async = tcp_put_notify_async,
+    .put_notify_quiet = tcp_put_notify_quiet,
     .put_indexed = tcp_put_indexed,
     .map = pt_transport_unsupported_map,
     .stop = tcp_stop,

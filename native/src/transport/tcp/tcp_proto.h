@@ -52,6 +52,12 @@
  *                refused earlier frame shows in the transfer's status; the last frame is
  *                refused too when its range is, bounds and mode being the same for the whole
  *                transfer).
+ *   PUT_NOTIFY_QUIET  PUT_NOTIFY in one frame that is never answered (id 0): key, off, a, b,
+ *                len = 8 + n and the payload as PUT_NOTIFY's (n <= PT_TCP_CHUNK from clients).
+ *                Checked alike before anything is written; a refusal changes nothing and is
+ *                only counted at the target (pt_tcp_stats_t.quiet_refused). The sender learns
+ *                nothing from the target: its receiver sees the counter move, or not (a
+ *                collective's frames, where the receiver's own wait is the check).
  * The target checks key, bounds and mode on every request (atomics, NOTIFY and PUT_NOTIFY's
  * counter: 8-byte aligned int64).
  * A refusal is a reply with status PT_ERR_KEY / BOUNDS / MODE / ALIGN / INVALID; the
@@ -92,6 +98,7 @@ enum {
     PT_TCP_OP_PUT_INDEXED = 21,
     PT_TCP_OP_BYE = 22,
     PT_TCP_OP_PUT_NOTIFY = 23,
+    PT_TCP_OP_PUT_NOTIFY_QUIET = 24,
 };
 
 /* Frame size for large transfers: big enough that per-frame costs (a header, a reply, a

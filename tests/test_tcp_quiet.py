@@ -1,0 +1,207 @@
+"""put_notify_quiet over tcp: a put with its notify in one frame that nobody answers (what the
+channel sends small collective chunks with: one message each way, no round trip).
+
+Checked against the target's memory and against a raw-socket target that never answers (the
+frame's bytes as tcp_proto.h describes them); its refusals (nothing written, counted at the
+target, the connection kept), and the sender's errors when the target is gone (PeerLost) or
+has stopped reading (Timeout within the timeout), never a hang."""
+import hmac
+import os
+import signal
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from collectives import _native
+from test_tcp import (AUTH_OK, CHUNK, HDR, HELLO, SECRET, _server_process, err, frame,
+                      recv_exact)
+from test_tcp import pair  # noqa: F401  (the fixture)
+
+QUIET = 24          # PT_TCP_OP_PUT_NOTIFY_QUIET
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_quiet_frames_land_in_order_with_their_counter(pair):
+    """Every frame's bytes are there when its counter moves; frames land in the order sent;
+    zero bytes still notify; the target served them without answering (requests counted)."""
+    srv, mem, key, cli, *_ = pair
+    words = mem[:64].view(np.int64)
+    words[:] = 0
+    before = srv.tcp_stats()["requests"]
+    sizes = [0, 1, 7, 4096, CHUNK - 64, CHUNK, 100]
+    for i, n in enumerate(sizes, 1):
+        cli.put_notify_quiet(1, key, 4096, np.full(n, i, np.uint8), key, 8, 1)
+        srv.wait_local(mem, 8, i, -1, 10)
+        assert (mem[4096:4096 + n] == i).all(), i
+    # many at once, each to its own place: the counter's last value means all are in
+    for i in range(200):
+        cli.put_notify_quiet(1, key, 8192 + 64 * i, np.full(64, i % 251, np.uint8), key, 16, 1)
+    srv.wait_local(mem, 16, 200, -1, 10)
+    assert all((mem[8192 + 64 * i:8192 + 64 * (i + 1)] == i % 251).all() for i in range(200))
+    assert words[1] == len(sizes) and words[2] == 200
+    assert srv.tcp_stats()["requests"] - before == len(sizes) + 200
+    assert srv.tcp_stats()["bad_frames"] == 0
+    with pytest.raises(_native.Error) as e:          # one frame at most
+        cli.put_notify_quiet(1, key, 0, np.zeros(CHUNK + 1, np.uint8), key, 8, 1)
+    assert err(e) == _native.ERR_INVALID
+
+
+def test_quiet_refusals_change_nothing_and_are_counted(pair):
+    srv, mem, key, cli, ro, pkey, _ = pair
+    mem[:64] = 0
+    before = mem.copy()
+    data = np.full(100, 9, np.uint8)
+    bad = [(key, mem.size - 50, key, 8), (ro, 0, key, 8), (key, 4096, key, 9),
+           (key, 4096, ro, 8), (key, 4096, key ^ (1 << 40), 8)]
+    for k, off, nk, noff in bad:
+        cli.put_notify_quiet(1, k, off, data, nk, noff, 1)     # nobody says no
+    cli.put_notify_quiet(1, key, 64, b"", key, 8, 3)          # lands after the refused ones
+    srv.wait_local(mem, 8, 3, -1, 10)
+    after = mem.copy()
+    after[8:16] = before[8:16]
+    assert np.array_equal(after, before)                       # the refused wrote nothing
+    assert srv.tcp_stats()["quiet_refused"] == len(bad)
+    assert srv.tcp_stats()["bad_frames"] == 0
+    out = bytearray(4)
+    cli.get(1, ro, 100, out)                                   # the connection is fine
+    assert bytes(out) == bytes([100, 101, 102, 103])
+
+
+def _mute_target():
+    """A target that completes the handshake, then only reads: (port, bytes read so far, stop)."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    got, stop = bytearray(), threading.Event()
+
+    def serve():
+        c, _ = lsock.accept()
+        ns = os.urandom(32)
+        c.sendall(frame(HELLO, ln=32, a=1) + ns)
+        h = HDR.unpack(recv_exact(c, 64))
+        body = recv_exact(c, 64)
+        r = struct.pack("<q", h[9])
+        c.sendall(frame(AUTH_OK, ln=32) + hmac.new(
+            SECRET, b"pooltensor-tcp-server" + ns + body[:32] + r, "sha256").digest())
+        c.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                part = c.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not part:
+                break
+            got.extend(part)
+        c.close()
+        lsock.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return lsock.getsockname()[1], got, stop, t
+
+
+def test_quiet_frame_is_one_unanswered_frame_on_the_wire():
+    """Against a target that never answers: the call returns at once (a put_notify would wait
+    out the timeout), and the bytes are exactly header, value, payload."""
+    port, got, stop, t = _mute_target()
+    cli = _client(port, 3)
+    try:
+        payload = bytes(range(200))
+        t0 = time.monotonic()
+        cli.put_notify_quiet(1, 77, 1000, payload, 78, 16, -5)
+        cli.put_notify_quiet(1, 77, 0, b"", 78, 24, 2)
+        assert time.monotonic() - t0 < 1.0
+        want = 64 + 8 + len(payload) + 64 + 8
+        deadline = time.monotonic() + 5
+        while len(got) < want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(got) == want
+        h = HDR.unpack(bytes(got[:64]))
+        # magic, op, flags, status, rsvd, id, key, off, len, a, b
+        assert h == (0x31545450, QUIET, 0, 0, 0, 0, 77, 1000, 8 + len(payload), 78, 16)
+        assert struct.unpack("<q", bytes(got[64:72]))[0] == -5
+        assert bytes(got[72:272]) == payload
+        h2 = HDR.unpack(bytes(got[272:336]))
+        assert h2[1] == QUIET and h2[8] == 8 and h2[9:] == (78, 24)
+        assert struct.unpack("<q", bytes(got[336:344]))[0] == 2
+    finally:
+        stop.set()
+        t.join(5)
+        cli.close()
+
+
+def _client(port, timeout):
+    cli = _native.Context(0, 2, 1)
+    cli.set_secret(SECRET)
+    cli.set_timeout(timeout)
+    cli.connect_tcp(1, "127.0.0.1", port)
+    return cli
+
+
+def test_quiet_to_a_killed_target_is_peer_lost():
+    """The first frames after the kill may still be taken by the socket; within seconds the
+    sender is told PeerLost (the connection's end is seen, the dial refused), never a hang."""
+    p, port, key = _server_process(1 << 20)
+    cli = _client(port, 5)
+    try:
+        cli.put_notify_quiet(1, key, 0, b"abcdefgh", key, 8, 1)
+        p.kill()
+        p.wait()
+        t0, codes = time.monotonic(), []
+        while time.monotonic() - t0 < 5:
+            try:
+                cli.put_notify_quiet(1, key, 0, b"abcdefgh", key, 8, 1)
+            except _native.Error as e:
+                codes.append(e.args[0])
+                if e.args[0] == _native.ERR_PEER_LOST:
+                    break
+            time.sleep(0.01)
+        assert codes and codes[-1] == _native.ERR_PEER_LOST, codes
+        assert set(codes) <= {_native.ERR_PEER_LOST, _native.ERR_INDOUBT}, codes
+        while not cli.peer_lost(1) and time.monotonic() - t0 < 5:   # the drop looked into
+            time.sleep(0.01)
+        assert cli.peer_lost(1)
+    finally:
+        cli.close()
+
+
+def test_quiet_to_a_stopped_target_times_out():
+    """A target that stopped reading fills the socket: the send that finds no room fails with
+    Timeout within the timeout, and the peer is not taken for lost (slow is not gone)."""
+    p, port, key = _server_process(1 << 20)
+    cli = _client(port, 1.5)
+    data = np.zeros(CHUNK, np.uint8)
+    try:
+        cli.put_notify_quiet(1, key, 0, data, key, 0, 1)
+        os.kill(p.pid, signal.SIGSTOP)
+        t0 = t1 = time.monotonic()
+        with pytest.raises(_native.Error) as e:
+            for _ in range(2000):                    # far more than the socket buffers hold
+                t1 = time.monotonic()
+                cli.put_notify_quiet(1, key, 0, data, key, 0, 1)
+        took = time.monotonic() - t1
+        assert err(e) == _native.ERR_TIMEOUT
+        assert 1.0 < took < 1.5 + 2.0, took
+        assert time.monotonic() - t0 < 30 and not cli.peer_lost(1)
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+        p.kill()
+        p.wait()
+        cli.close()
+
+
+def test_direct_collectives_around_the_largest_unanswered_chunk():
+    """2 ranks over tcp, the direct allreduce, allgather and broadcast at sizes on both sides
+    of channel.QUIET_MAX (a chunk of exactly 256 KiB once went to the native call as a frame
+    64 bytes over its limit: ValueError)."""
+    from conftest import check_ranks
+    p = check_ranks("launch", 2, "coll_quiet_sizes.py",
+                    env={"POOLTENSOR_TRANSPORT": "tcp", "POOLTENSOR_TIMEOUT": "20"}, timeout=120)
+    assert p.stdout.count("quiet sizes ok") == 2, p.stdout[-3000:]
