@@ -257,7 +257,7 @@ def test_member_killed_mid_operation_is_peer_lost():
     assert time.monotonic() - t < 90
 
 
-AHEAD = textwrap.dedent("""
+MEMBER_RSS = textwrap.dedent("""
     import sys, time
     import numpy as np
     import pooltensor as pt
@@ -269,6 +269,9 @@ AHEAD = textwrap.dedent("""
             if line.startswith("RssShmem:"):
                 return int(line.split()[1])
         return 0
+""")
+
+AHEAD = MEMBER_RSS + textwrap.dedent("""
     before = shmem_kib()
     x = pt.full((1 << 20,), 1.0, dtype=np.float32, placement=[1])      # 4 MiB on member 1
     deadline = time.monotonic() + 20
@@ -280,18 +283,7 @@ AHEAD = textwrap.dedent("""
 """)
 
 
-BUSY = textwrap.dedent("""
-    import time
-    import numpy as np
-    import pooltensor as pt
-    pool = pt.init(members=2, slab_size=1 << 20, memory=256 << 20)
-    pid = pool._procs[0].pid
-
-    def shmem_kib():
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith("RssShmem:"):
-                return int(line.split()[1])
-        return 0
+BUSY = MEMBER_RSS + textwrap.dedent("""
     x = pt.full((1 << 20,), 1.0, dtype=np.float32, placement=[1])      # 4 MiB on member 1
     before, n = shmem_kib(), 0
     end = time.monotonic() + 1.0
