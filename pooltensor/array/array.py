@@ -449,6 +449,13 @@ class ndarray(NDArrayOperatorsMixin):
             yield self[i]
 
     # -- writing ---------------------------------------------------------------------------
+    @staticmethod
+    def _copy_on_servers(target, idx, value):
+        """x[idx] = y (y a pool array) made by the memory servers that hold x's slabs: True
+        when they did it. The ops room binds the real one (ops/methods.py); this room cannot
+        import it."""
+        return False
+
     def __setitem__(self, index, value):
         self._check()
         a = self._a
@@ -462,10 +469,8 @@ class ndarray(NDArrayOperatorsMixin):
                 if (value._off, value._shape, value._strides) == (self._off + d, shape,
                                                                   strides):
                     return      # x[i] += y: the in-place result is already there
-            if indexing.is_basic(idx):
-                from ..ops.shape import set_on_servers
-                if set_on_servers(self, idx, value):
-                    return
+            if indexing.is_basic(idx) and self._copy_on_servers(self, idx, value):
+                return          # memory servers copied it, slab by slab (ops/shape.py)
             if value.nbytes > CHUNK and indexing.is_basic(idx):
                 return self._assign_chunked(idx, value)
             value = value.to_numpy()

@@ -25,6 +25,8 @@ class Methods:
     def __array_function__(self, func, types, args, kwargs):
         return dispatch.array_function(self, func, types, args, kwargs)
 
+    _copy_on_servers = staticmethod(_shape.set_on_servers)    # x[...] = y on servers
+
     def __array_namespace__(self, *, api_version=None):
         """The Array API namespace of pool arrays: the pooltensor module."""
         if api_version is not None and api_version not in API_VERSIONS:
