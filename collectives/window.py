@@ -275,13 +275,7 @@ class Window:
         transfer's last frame) where put() then notify() takes two. The counter is checked
         like notify()'s; a refusal (of the counter, or of a put of at most 256 KiB) changes
         nothing at the target, and the counter never moves unless all the bytes were written."""
-        self._check(rank, offset)
-        self._check(rank, notify_offset)
-        key = self._keys[rank]
-        try:
-            self._ctx.put_notify(rank, key, offset, data, key, notify_offset, value)
-        except _native.Error as e:
-            raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put_notify")
+        self._notified(self._ctx.put_notify, rank, offset, data, notify_offset, value)
 
     def put_notify_quiet(self, rank, offset, data, notify_offset, value=1):
         """put_notify() that nobody answers: over tcp one frame (at most 256 KiB of data),
@@ -291,11 +285,15 @@ class Window:
         there and is counted in its tcp_stats()['quiet_refused']; the errors raised are the
         sending's (Timeout: the socket took nothing within the timeout; PeerLost;
         ConnectionDropped: the frame may or may not land). Elsewhere it is put_notify()."""
+        self._notified(self._ctx.put_notify_quiet, rank, offset, data, notify_offset, value)
+
+    def _notified(self, call, rank, offset, data, notify_offset, value):
+        """put_notify's checks and errors around the native call that does it."""
         self._check(rank, offset)
         self._check(rank, notify_offset)
         key = self._keys[rank]
         try:
-            self._ctx.put_notify_quiet(rank, key, offset, data, key, notify_offset, value)
+            call(rank, key, offset, data, key, notify_offset, value)
         except _native.Error as e:
             raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put_notify")
 

@@ -417,6 +417,20 @@ def frame(op, id=0, key=0, off=0, ln=0, a=0, b=0, status=0, flags=0, magic=MAGIC
     return HDR.pack(magic, op, flags, status, 0, id, key, off, ln, a, b)
 
 
+def accept_authenticated(lsock):
+    """Accept one client on lsock and answer its handshake as a server holding SECRET would
+    (HELLO with a nonce, AUTH_OK with the server's proof): the connected socket."""
+    c, _ = lsock.accept()
+    ns = os.urandom(32)
+    c.sendall(frame(HELLO, ln=32, a=1) + ns)
+    h = HDR.unpack(recv_exact(c, 64))
+    body = recv_exact(c, 64)
+    r = struct.pack("<q", h[9])
+    c.sendall(frame(AUTH_OK, ln=32) + hmac.new(
+        SECRET, b"pooltensor-tcp-server" + ns + body[:32] + r, "sha256").digest())
+    return c
+
+
 def recv_exact(s, n):
     buf = b""
     while len(buf) < n:
@@ -648,14 +662,7 @@ def test_stalled_server_times_out_requests_in_flight():
     stop = threading.Event()
 
     def serve():
-        c, _ = lsock.accept()
-        ns = os.urandom(32)
-        c.sendall(frame(HELLO, ln=32, a=1) + ns)
-        h = HDR.unpack(recv_exact(c, 64))
-        body = recv_exact(c, 64)
-        r = struct.pack("<q", h[9])
-        c.sendall(frame(AUTH_OK, ln=32) + hmac.new(
-            SECRET, b"pooltensor-tcp-server" + ns + body[:32] + r, "sha256").digest())
+        c = accept_authenticated(lsock)
         c.settimeout(0.2)
         while not stop.is_set():
             try:

@@ -5,7 +5,6 @@ Checked against the target's memory and against a raw-socket target that never a
 frame's bytes as tcp_proto.h describes them); its refusals (nothing written, counted at the
 target, the connection kept), and the sender's errors when the target is gone (PeerLost) or
 has stopped reading (Timeout within the timeout), never a hang."""
-import hmac
 import os
 import signal
 import socket
@@ -17,8 +16,7 @@ import numpy as np
 import pytest
 
 from collectives import _native
-from test_tcp import (AUTH_OK, CHUNK, HDR, HELLO, SECRET, _server_process, err, frame,
-                      recv_exact)
+from test_tcp import CHUNK, HDR, SECRET, _server_process, accept_authenticated, err
 from test_tcp import pair  # noqa: F401  (the fixture)
 
 QUIET = 24          # PT_TCP_OP_PUT_NOTIFY_QUIET
@@ -80,14 +78,7 @@ def _mute_target():
     got, stop = bytearray(), threading.Event()
 
     def serve():
-        c, _ = lsock.accept()
-        ns = os.urandom(32)
-        c.sendall(frame(HELLO, ln=32, a=1) + ns)
-        h = HDR.unpack(recv_exact(c, 64))
-        body = recv_exact(c, 64)
-        r = struct.pack("<q", h[9])
-        c.sendall(frame(AUTH_OK, ln=32) + hmac.new(
-            SECRET, b"pooltensor-tcp-server" + ns + body[:32] + r, "sha256").digest())
+        c = accept_authenticated(lsock)
         c.settimeout(0.1)
         while not stop.is_set():
             try:
