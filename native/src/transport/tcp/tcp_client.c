@@ -615,7 +615,12 @@ static pt_status_t tcp_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, u
         pt__tcp_conn_fail(c, err == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST);
         if (err == ETIMEDOUT)
             return PT_ERR_TIMEOUT;
-        return atomic_load(&ctx->peers[rank].lost) ? PT_ERR_PEER_LOST : PT_ERR_INDOUBT;
+        /* the connection dropped under the frame: a gone peer (a refused dial) is PEER_LOST,
+         * as for every request of a dropped connection; a live one may have applied it */
+        if (atomic_load(&ctx->peers[rank].lost))
+            return PT_ERR_PEER_LOST;
+        st = dial_until(ctx, rank, deadline, &backoff, &c);
+        return st == PT_OK ? PT_ERR_INDOUBT : st;
     }
 }
 
