@@ -21,7 +21,7 @@ $(BIN)/python:
 # newer than the last distributed, pip would otherwise pair the new dask with a years-old
 # distributed (2021.4.1, which does not import with it) instead of taking both one step back.
 $(STAMP): $(BIN)/python $(SOURCES) $(wildcard collectives/*.py collectives/*/*.py pooltensor/*.py pooltensor/*/*.py)
-	$(BIN)/pip install -q "numpy>=1.24" "msgpack>=1.0" "cloudpickle>=2.0" "mpi4py>=4.0" $(MPI) \
+	$(BIN)/pip install -q "numpy>=1.24" "msgpack>=1.0" "cloudpickle>=2.0" "threadpoolctl>=3.1" "mpi4py>=4.0" $(MPI) \
 	    "dask[array]>=2024.1" "distributed>=2024.1" dask-mpi pytest pytest-timeout hypothesis matplotlib jax ml_dtypes \
 	    "setuptools>=77" wheel prometheus_client rich tqdm safetensors
 	$(BIN)/pip install -q --no-build-isolation --no-deps -e .

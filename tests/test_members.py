@@ -45,6 +45,39 @@ def test_each_home_computes_its_slabs(pool):
         assert pool.stats()["plans"].get("run", 0) > 0
 
 
+def test_each_process_computes_on_its_share_of_the_cores(pool):
+    """Every process of a script computes at once, so each one's BLAS gets cores // processes
+    threads while it does (members from the start, the script for its share of a plan), and
+    the script's BLAS is back to what it was after. With a BLAS on every core in every
+    process, a matmul over 3 members on 2 cores took 3.5x as long."""
+    from threadpoolctl import threadpool_info
+    from pooltensor.pool import blas
+
+    def blas_threads(b):
+        return np.full(b.shape, max(i["num_threads"] for i in threadpool_info()
+                                    if i["user_api"] == "blas"), np.int64)
+    before = blas_threads(np.zeros(1))[0]
+    x = pt.arange(40 * E, dtype=np.float64)
+    got = pt.map_blocks(blas_threads, x).to_numpy()
+    if pool.size == 1 or any(v in os.environ for v in blas._VARS):
+        assert set(got) == {before}
+    else:
+        assert set(got) == {max(1, os.cpu_count() // pool.size)}, set(got)
+        assert set(_homes(x)) == set(range(pool.size))      # every process took part
+    assert blas_threads(np.zeros(1))[0] == before
+
+
+def test_blas_share_leaves_the_users_variables_alone(monkeypatch):
+    from pooltensor.pool import blas
+    for v in blas._VARS:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    env = blas.member_env(2)
+    assert "OMP_NUM_THREADS" not in env
+    assert env["OPENBLAS_NUM_THREADS"] == str(max(1, os.cpu_count() // 2))
+    assert blas.share(10 ** 6) == 1
+
+
 @PROPS
 @given(n=st.integers(0, 30 * E), dt=st.sampled_from([np.float32, np.float64, np.int32,
                                                      np.int64, np.uint8, np.complex64]),

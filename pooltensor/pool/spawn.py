@@ -15,7 +15,7 @@ import time
 
 import collectives
 
-from . import channel
+from . import blas, channel
 
 ENV_PARENT = "POOLTENSOR_MEMBER_PARENT"
 _BOOT_VARS = ("POOLTENSOR_RANK", "POOLTENSOR_WORLD_SIZE", "POOLTENSOR_COORDINATOR",
@@ -52,6 +52,7 @@ def start(n, *, slab_size, memory, timeout=None, cache_bytes=None):
            and k not in _BOOT_VARS}
     env.update(PYTHONPATH=_import_path(), POOLTENSOR_WORLD_SIZE=str(n),
                POOLTENSOR_COORDINATOR=coord, **{ENV_PARENT: str(os.getpid())})
+    env.update(blas.member_env(n))     # each process its share of the cores (blas.py)
     procs, chans = [], {}
     try:
         for r in range(1, n):

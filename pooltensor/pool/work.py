@@ -26,6 +26,7 @@ import numpy as np
 from collectives.errors import PeerLost, Timeout
 
 from ..cache.layout import contiguous, extent
+from . import blas
 from .channel import MemberError
 from .allocation import Allocation
 
@@ -347,7 +348,8 @@ def share(pool, members, plan, here, outs=(), code=None):
     handled = frozenset(range(pool.size)) - frozenset(members)
     err, value = None, None
     try:
-        value = here(handled)
+        with blas.limited(len(members) + 1 if getattr(pool, "_procs", ()) else 1):
+            value = here(handled)
     except Exception as e:              # noqa: BLE001  (raised once the members answered)
         err = e
     try:
