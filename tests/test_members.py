@@ -45,37 +45,59 @@ def test_each_home_computes_its_slabs(pool):
         assert pool.stats()["plans"].get("run", 0) > 0
 
 
-def test_each_process_computes_on_its_share_of_the_cores(pool):
+_BLAS_SCRIPT = """
+import numpy as np
+import pooltensor as pt
+from threadpoolctl import threadpool_info
+
+def blas_threads(b):
+    return np.full(b.shape, max(i["num_threads"] for i in threadpool_info()
+                                if i["user_api"] == "blas"), np.int64)
+
+before = int(blas_threads(np.zeros(1))[0])
+pool = pt.init(members=3)
+x = pt.arange(60 * (pool.slab_size // 8), dtype=np.float64)
+homes = sorted(set(np.asarray(x._a.members).tolist()))
+got = sorted(set(pt.map_blocks(blas_threads, x).to_numpy().tolist()))
+after = int(blas_threads(np.zeros(1))[0])
+pt.finalize()
+print("blas", before, after, homes, got)
+"""
+
+
+@pytest.mark.parametrize("user", [None, "1"])
+def test_each_process_computes_on_its_share_of_the_cores(user):
     """Every process of a script computes at once, so each one's BLAS gets cores // processes
     threads while it does (members from the start, the script for its share of a plan), and
-    the script's BLAS is back to what it was after. With a BLAS on every core in every
-    process, a matmul over 3 members on 2 cores took 3.5x as long."""
-    from threadpoolctl import threadpool_info
+    the script's BLAS is back to what it was after; a user's OMP_NUM_THREADS (or any of the
+    BLAS variables) is what every process keeps. With a BLAS on every core in every process,
+    a matmul over 3 members on 2 cores took 3x as long."""
     from pooltensor.pool import blas
-
-    def blas_threads(b):
-        return np.full(b.shape, max(i["num_threads"] for i in threadpool_info()
-                                    if i["user_api"] == "blas"), np.int64)
-    before = blas_threads(np.zeros(1))[0]
-    x = pt.arange(40 * E, dtype=np.float64)
-    got = pt.map_blocks(blas_threads, x).to_numpy()
-    if pool.size == 1 or any(v in os.environ for v in blas._VARS):
-        assert set(got) == {before}
-    else:
-        assert set(got) == {max(1, os.cpu_count() // pool.size)}, set(got)
-        assert set(_homes(x)) == set(range(pool.size))      # every process took part
-    assert blas_threads(np.zeros(1))[0] == before
+    env = {k: v for k, v in os.environ.items() if k not in blas._VARS}
+    if user:
+        env["OMP_NUM_THREADS"] = user
+    p = subprocess.run([sys.executable, "-c", _BLAS_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("blas ")][-1]
+    before, after, rest = line.split(" ", 3)[1:]
+    homes, got = rest.split("] [")
+    assert homes == "[0, 1, 2", line                       # every process took part
+    share = max(1, os.cpu_count() // 3)
+    want = int(user) if user else share
+    assert got == f"{want}]", line
+    assert after == before, line
 
 
 def test_blas_share_leaves_the_users_variables_alone(monkeypatch):
     from pooltensor.pool import blas
     for v in blas._VARS:
         monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("OMP_NUM_THREADS", "7")
     env = blas.member_env(2)
-    assert "OMP_NUM_THREADS" not in env
-    assert env["OPENBLAS_NUM_THREADS"] == str(max(1, os.cpu_count() // 2))
+    assert env["OPENBLAS_NUM_THREADS"] == env["OMP_NUM_THREADS"] == str(max(1, os.cpu_count() // 2))
     assert blas.share(10 ** 6) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert blas.member_env(2) == {}
 
 
 @PROPS

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -230,3 +231,24 @@ def test_direct_collectives_around_the_largest_unanswered_chunk():
     p = check_ranks("launch", 2, "coll_quiet_sizes.py",
                     env={"POOLTENSOR_TRANSPORT": "tcp", "POOLTENSOR_TIMEOUT": "20"}, timeout=120)
     assert p.stdout.count("quiet sizes ok") == 2, p.stdout[-3000:]
+
+
+def test_a_waiting_rank_reads_its_peers_frames_itself():
+    """Direct collectives over tcp (3 ranks, odd sizes): right on every rank, and on Linux a
+    rank waiting for its peers' unanswered frames read some of them itself rather than be
+    woken by its tcp server's thread (one wake-up instead of two); with
+    POOLTENSOR_TCP_HELP=0 the threads read every frame, with the same results."""
+    from conftest import run_env_ranks
+    for help_on in (True, False):
+        env = {"POOLTENSOR_TRANSPORT": "tcp", "POOLTENSOR_TIMEOUT": "20"}
+        if not help_on:
+            env["POOLTENSOR_TCP_HELP"] = "0"
+        codes, outs = run_env_ranks(3, "tcp_help.py", "150", env=env)
+        assert codes == [0, 0, 0], outs
+        said = [o.split("help ok ")[1].split() for o in outs]
+        helped = [int(h) for h, _ in said]
+        assert all(int(n) >= 600 for _, n in said), said     # every frame was served
+        if help_on and sys.platform.startswith("linux"):
+            assert sum(helped) > 0, said
+        else:
+            assert sum(helped) == 0, said

@@ -97,7 +97,7 @@ PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused)
     CTX(self);
     pt_tcp_stats_t s;
     pt_ctx_tcp_stats(self->ctx, &s);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsK}", "accepted", (unsigned long long)s.accepted,
                          "active", (unsigned long long)s.active, "auth_failures",
                          (unsigned long long)s.auth_failures, "bad_frames",
                          (unsigned long long)s.bad_frames, "requests",
@@ -105,7 +105,8 @@ PyObject *pt_py_tcp_stats(ContextObject *self, PyObject *unused)
                          (unsigned long long)s.bytes_in, "bytes_out",
                          (unsigned long long)s.bytes_out, "refused",
                          (unsigned long long)s.refused, "quiet_refused",
-                         (unsigned long long)s.quiet_refused);
+                         (unsigned long long)s.quiet_refused, "helped",
+                         (unsigned long long)s.helped);
 }
 
 PyObject *pt_py_tcp_peer_stats(ContextObject *self, PyObject *args)

@@ -188,6 +188,7 @@ pt_status_t pt_ctx_tcp_open(pt_ctx_t *ctx, int rank);
 typedef struct {
     uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
     uint64_t refused, quiet_refused;
+    uint64_t helped; /* of those frames, the ones a waiting rank read itself (Linux) */
 } pt_tcp_stats_t;
 void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out);
 /* What reconnect saw of one tcp peer: connections re-established after a drop, restarts seen

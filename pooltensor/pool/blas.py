@@ -22,18 +22,26 @@ def share(processes):
     return max(1, (os.cpu_count() or 1) // max(1, processes))
 
 
+def user_set():
+    """Whether the user chose BLAS threads through any of the usual variables (OpenBLAS reads
+    OMP_NUM_THREADS too): then every process keeps what they chose."""
+    return any(v in os.environ for v in _VARS)
+
+
 def member_env(processes):
-    """Variables for a member process of a script with `processes` processes in all; a
-    variable the user set is left as it is."""
+    """Variables for a member process of a script with `processes` processes in all; none
+    when the user set any of them (the members inherit the user's)."""
+    if user_set():
+        return {}
     k = str(share(processes))
-    return {v: k for v in _VARS if v not in os.environ}
+    return {v: k for v in _VARS}
 
 
 @contextlib.contextmanager
 def limited(processes):
     """The script's BLAS on its share of the cores while `processes` processes compute."""
     global _controller
-    if processes <= 1 or any(v in os.environ for v in _VARS):
+    if processes <= 1 or user_set():
         yield
         return
     try:

@@ -192,16 +192,40 @@ pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, siz
     return st;
 }
 
+/* The longest a waiter reads a peer's socket before it looks at the peer's state and its
+ * timeout again (a write to the counter by anyone else is also seen then at the latest). */
+#define HELP_SLICE 0.002
+
 pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,
                           double timeout)
 {
     if (!addr || ((uintptr_t)addr & 7))
         return PT_ERR_ALIGN;
     _Atomic int64_t *p = (_Atomic int64_t *)(uintptr_t)addr;
+    if (atomic_load_explicit(p, memory_order_acquire) >= value)
+        return PT_OK;
     double start = pt__now(), spin = pt__spin_seconds();
+    /* the peer's frames come over tcp: read them here (polling their sockets as a wait polls
+     * its counter) rather than be woken by the thread that would read them: no wake-up while
+     * polling, one after, where the thread's costs two */
+    int help = watch >= 0 && watch < ctx->size && ctx->server && ctx->peers[watch].tcp;
     for (unsigned i = 0;; i++) {
         if (atomic_load_explicit(p, memory_order_acquire) >= value)
             return PT_OK;
+        if (help) {
+            double el = pt__now() - start;
+            if (watch >= 0 && pt_ctx_peer_lost(ctx, watch))
+                return PT_ERR_PEER_LOST;
+            if (timeout >= 0 && el > timeout)
+                return PT_ERR_TIMEOUT;
+            double slice = timeout >= 0 && timeout - el < HELP_SLICE ? timeout - el : HELP_SLICE;
+            int h = pt__tcp_help(ctx, watch, p, value, el < spin ? spin - el : 0, slice);
+            if (h > 0)
+                return PT_OK;
+            if (h == 0)
+                continue;
+            help = 0; /* not now: the usual wait, this time */
+        }
         if ((i & 63) != 63)
             continue;
         double el = pt__now() - start;
@@ -217,5 +241,7 @@ pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int
         if (atomic_load(p) >= value)
             return PT_OK;
         pt_plat_wait(pt__low_word(p), w, 0.01, 1);
+        /* woken, or 10 ms: the peer's sockets may be free to read again */
+        help = watch >= 0 && watch < ctx->size && ctx->server && ctx->peers[watch].tcp;
     }
 }

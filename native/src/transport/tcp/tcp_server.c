@@ -5,7 +5,14 @@
  * Every request is checked against this process's own registration table (key, bounds, mode),
  * under serve_lock so that a deregistration waits for accesses in progress. Anything malformed
  * closes that connection only, and is counted; nothing is allocated from a length a peer sent
- * beyond PT_TCP_MAX_PAYLOAD. See tcp_proto.h for the frames. */
+ * beyond PT_TCP_MAX_PAYLOAD. See tcp_proto.h for the frames.
+ *
+ * A rank waiting for a world peer's unanswered frames (a collective's messages) reads them
+ * itself (pt__tcp_help, Linux): a frame served by the connection's thread costs two wake-ups
+ * (that thread's, then the waiter's), one read by the waiter costs one, as in MPI libraries
+ * where the rank reads its own sockets. Whoever holds a connection's reader token (rd) reads
+ * its socket; its thread sleeps without the token in an epoll whose one-shot interest the
+ * helper disarms while it reads (a disarmed interest wakes nobody) and arms again after. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -14,12 +21,22 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/epoll.h>
+#endif
 
 #include "transport/tcp/tcp_proto.h"
+
+struct serve;
 
 typedef struct pt_tcp_sconn {
     struct pt_tcp_server *srv;
     int fd;                     /* (srv->lock) -1 once its thread closed it */
+    pthread_mutex_t rd;         /* the reader token: whoever holds it reads the socket */
+    int ep;                     /* Linux: the epoll its thread sleeps in (-1: it reads alone) */
+    _Atomic int rank;           /* (srv->lock) the world rank served once others may read in
+                                 * its thread's place, else -1 */
+    struct serve *s;            /* the thread's serving state, for a helper holding rd */
     pthread_t thread;
     _Atomic int done;
     uint64_t seq;               /* accept order: the oldest handshake is closed first */
@@ -39,17 +56,20 @@ typedef struct pt_tcp_server {
     uint64_t seq;
     _Atomic int stopping;
     _Atomic uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
-    _Atomic uint64_t refused, quiet_refused;
+    _Atomic uint64_t refused, quiet_refused, helped;
+    int help;                   /* waiting ranks may read (POOLTENSOR_TCP_HELP, default on) */
     uint64_t incarnation;       /* random, told in every HELLO: a restarted server differs */
 } pt_tcp_server_t;
 
 /* One served connection's state while its thread runs. */
-typedef struct {
+typedef struct serve {
     pt_tcp_server_t *srv;
     pt_tcp_sconn_t *conn;
     pt_ctx_t *ctx;
     int fd;
     int rank;                   /* the client's claimed (and authenticated) rank, or -1 */
+    int from;                   /* that rank when it is one of the world's others, else -1
+                                 * (rank is set only for peers this process dials too) */
     uint8_t *scratch;           /* put_indexed payloads, grown up to PT_TCP_MAX_PAYLOAD */
     size_t scratch_len;
     double hs_deadline;         /* > 0 during the handshake: when it must be over */
@@ -318,8 +338,11 @@ static int handshake(serve_t *s)
     if (send_frame(s, &r, mac, sizeof(mac)) < 0)
         return -1;
     /* a world rank we also reach over tcp: its connection dropping is looked into */
-    if (h.a >= 0 && h.a < s->ctx->size && h.a != s->ctx->rank && s->ctx->peers[h.a].tcp)
-        s->rank = (int)h.a;
+    if (h.a >= 0 && h.a < s->ctx->size && h.a != s->ctx->rank) {
+        s->from = (int)h.a;
+        if (s->ctx->peers[h.a].tcp)
+            s->rank = (int)h.a;
+    }
     return 0;
 bad:
     if (!atomic_load(&srv->stopping) && !atomic_load(&s->conn->evicted))
@@ -348,16 +371,190 @@ static int valid_request(const pt_tcp_hdr_t *h)
     return 0;
 }
 
+/* ---- a waiting rank reads in the thread's place (see the top of this file) ---- */
+
+static int readable(int fd)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    return poll(&pf, 1, 0) > 0;
+}
+
+#ifdef __linux__
+/* Interest in fd's input for the thread's epoll: armed (one shot) or disarmed. */
+static void interest(pt_tcp_sconn_t *c, int armed)
+{
+    struct epoll_event ev = {.events = EPOLLONESHOT | (armed ? EPOLLIN : 0u)};
+    ev.data.ptr = c;
+    (void)epoll_ctl(c->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* A connection from a world rank, past the handshake: let waiters read it. 1: c->ep is open
+ * and this thread holds rd (published: others may take it while the thread sleeps). */
+static int helpable(pt_tcp_sconn_t *c, serve_t *s)
+{
+    if (!c->srv->help || s->from < 0)
+        return 0;
+    c->ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLONESHOT};
+    ev.data.ptr = c;
+    if (c->ep < 0 || epoll_ctl(c->ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+        if (c->ep >= 0)
+            close(c->ep);
+        c->ep = -1;
+        return 0;
+    }
+    c->s = s;
+    pthread_mutex_lock(&c->rd);
+    pthread_mutex_lock(&c->srv->lock);
+    atomic_store(&c->rank, s->from);
+    pthread_mutex_unlock(&c->srv->lock);
+    return 1;
+}
+
+/* Sleep until input comes (or 0.5 s, to look at stopping) with the token given up; rd is
+ * held again on return. */
+static void sleep_unlocked(pt_tcp_sconn_t *c)
+{
+    interest(c, 1);
+    pthread_mutex_unlock(&c->rd);
+    struct epoll_event ev;
+    (void)epoll_wait(c->ep, &ev, 1, 500);
+    pthread_mutex_lock(&c->rd);
+}
+
+/* Serve the complete PUT_NOTIFY_QUIET frames waiting on c (the helper holds rd): how many,
+ * or -1 when the next input is not one (another request, the end, an error): the thread
+ * reads that once the helper gives the token back. A frame cut short breaks the stream: the
+ * connection is shut down and its thread ends it. */
+static int help_one(pt_tcp_sconn_t *c)
+{
+    pt_tcp_server_t *srv = c->srv;
+    int n = 0;
+    for (;;) {
+        uint8_t hb[PT_TCP_HDR];
+        ssize_t got = recv(c->fd, hb, sizeof(hb), MSG_PEEK | MSG_DONTWAIT);
+        if (got < (ssize_t)sizeof(hb)) {
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                return -1;
+            return n; /* nothing yet, or a header still arriving */
+        }
+        pt_tcp_hdr_t h;
+        pt__hdr_unpack(hb, &h);
+        if (h.op != PT_TCP_OP_PUT_NOTIFY_QUIET || !valid_request(&h))
+            return n ? n : -1;
+        if (recv(c->fd, hb, sizeof(hb), MSG_DONTWAIT) != (ssize_t)sizeof(hb))
+            return -1;
+        atomic_fetch_add(&srv->bytes_in, sizeof(hb));
+        atomic_fetch_add(&srv->requests, 1);
+        if (serve_put_notify(c->s, &h) < 0) {
+            atomic_fetch_add(&srv->bad_frames, 1);
+            shutdown(c->fd, SHUT_RDWR);
+            return -1;
+        }
+        atomic_fetch_add(&srv->helped, 1);
+        n++;
+    }
+}
+
+#define HELP_CONNS 8
+
+int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, double spin,
+                 double slice)
+{
+    pt_tcp_server_t *srv = ctx ? ctx->server : NULL;
+    if (!srv || !srv->help || rank < 0 || atomic_load(&srv->stopping))
+        return -1;
+    _Atomic int64_t *ctr = (_Atomic int64_t *)(uintptr_t)counter;
+    /* every connection from rank, or none: one left to its thread could carry the frame
+     * while the helper sleeps on the others */
+    pt_tcp_sconn_t *mine[HELP_CONNS];
+    int k = 0, all = 1;
+    pthread_mutex_lock(&srv->lock);
+    for (pt_tcp_sconn_t *x = srv->conns; x && all; x = x->next) {
+        if (x->fd < 0 || atomic_load(&x->rank) != rank)
+            continue;
+        if (k < HELP_CONNS && pthread_mutex_trylock(&x->rd) == 0)
+            mine[k++] = x;
+        else
+            all = 0;
+    }
+    pthread_mutex_unlock(&srv->lock);
+    if (!all || k == 0) {
+        while (k)
+            pthread_mutex_unlock(&mine[--k]->rd);
+        return -1;
+    }
+    for (int i = 0; i < k; i++)
+        interest(mine[i], 0);
+    double t0 = pt__now();
+    int rc = 0, stop = 0;
+    for (;;) {
+        if (atomic_load_explicit(ctr, memory_order_acquire) >= value) {
+            rc = 1;
+            break;
+        }
+        for (int i = 0; i < k && !stop; i++)
+            if (help_one(mine[i]) < 0)
+                stop = 1;
+        if (atomic_load_explicit(ctr, memory_order_acquire) >= value) {
+            rc = 1;
+            break;
+        }
+        double el = pt__now() - t0;
+        if (stop || el >= slice || atomic_load(&srv->stopping)) {
+            rc = stop ? -1 : 0;
+            break;
+        }
+        if (el < spin) { /* poll the sockets briefly, as a wait polls its counter */
+            pt__relax(el);
+            continue;
+        }
+        struct pollfd pf[HELP_CONNS];
+        for (int i = 0; i < k; i++)
+            pf[i] = (struct pollfd){.fd = mine[i]->fd, .events = POLLIN};
+        (void)poll(pf, (nfds_t)k, (int)((slice - el) * 1e3) + 1);
+    }
+    for (int i = 0; i < k; i++) {
+        interest(mine[i], 1);
+        pthread_mutex_unlock(&mine[i]->rd);
+    }
+    return rc;
+}
+#else
+/* Elsewhere each connection's thread reads alone. */
+static int helpable(pt_tcp_sconn_t *c, serve_t *s)
+{
+    (void)c;
+    (void)s;
+    return 0;
+}
+
+static void sleep_unlocked(pt_tcp_sconn_t *c) { (void)c; }
+
+int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, double spin,
+                 double slice)
+{
+    (void)ctx;
+    (void)rank;
+    (void)counter;
+    (void)value;
+    (void)spin;
+    (void)slice;
+    return -1;
+}
+#endif
+
 static void *serve_main(void *arg)
 {
     pt_tcp_sconn_t *c = arg;
     pt_tcp_server_t *srv = c->srv;
-    serve_t s = {.srv = srv, .conn = c, .ctx = srv->ctx, .fd = c->fd, .rank = -1,
+    serve_t s = {.srv = srv, .conn = c, .ctx = srv->ctx, .fd = c->fd, .rank = -1, .from = -1,
                  .hs_deadline = pt__now() + PT_TCP_HANDSHAKE_TIMEOUT};
     int clean = 0;
     if (pt__tcp_tune(c->fd, 0.5) < 0 || handshake(&s) < 0)
         goto out;
     s.hs_deadline = 0;
+    int help = helpable(c, &s); /* from here on, rd is held except while asleep */
     int quiet = 0; /* the last request was PUT_NOTIFY_QUIET */
     for (;;) {
         uint8_t hb[PT_TCP_HDR];
@@ -368,12 +565,24 @@ static void *serve_main(void *arg)
          * after an unanswered frame: its sender is not waiting for us, and the thread our
          * notify just woke (a collective's receiver) wants the core (measured across two
          * namespaces on 2 cores: a 4 KiB allreduce 1.5-2x slower with the poll) */
+        int ready = 0;
         for (double t0 = pt__now(), el = 0, spin = quiet ? 0 : pt__spin_seconds(); el < spin;
              el = pt__now() - t0) {
             struct pollfd pf = {.fd = c->fd, .events = POLLIN};
-            if (poll(&pf, 1, 0) != 0)
+            if (poll(&pf, 1, 0) != 0) {
+                ready = 1;
                 break;
+            }
             pt__relax(el);
+        }
+        if (help && !ready && !readable(c->fd)) {
+            /* asleep without the token: a waiting rank may read meanwhile */
+            sleep_unlocked(c);
+            if (atomic_load(&srv->stopping)) {
+                clean = 1;
+                break;
+            }
+            continue; /* (what woke us may have been read by a helper already) */
         }
         /* wait for the next header in recv itself (one system call a request, no poll);
          * the socket's receive timeout brings us back here to look at stopping */
@@ -430,10 +639,17 @@ out:
     free(s.scratch);
     /* closed here, at once (not at the next accept): a peer still sending gets a reset
      * instead of a half-closed socket that keeps taking its bytes. Under the list lock, so
-     * that the listener never shuts down a descriptor number reused meanwhile. */
+     * that the listener never shuts down a descriptor number reused meanwhile, and so that
+     * no helper picks this connection any more (it picks under that lock; rd is ours). */
     pthread_mutex_lock(&srv->lock);
     close(c->fd);
     c->fd = -1;
+    atomic_store(&c->rank, -1);
+    if (c->ep >= 0) {
+        close(c->ep);
+        c->ep = -1;
+        pthread_mutex_unlock(&c->rd);
+    }
     if (c->authed)
         srv->authed--;
     else if (!atomic_load(&c->evicted))
@@ -468,6 +684,7 @@ static void reap(pt_tcp_server_t *srv, int all)
         pt_tcp_sconn_t *c = gone;
         gone = c->next;
         pthread_join(c->thread, NULL);
+        pthread_mutex_destroy(&c->rd);
         free(c);
     }
 }
@@ -523,12 +740,16 @@ static void *listen_main(void *arg)
             evict_oldest_locked(srv);
         c->srv = srv;
         c->fd = fd;
+        c->ep = -1;
+        atomic_store(&c->rank, -1);
+        pthread_mutex_init(&c->rd, NULL);
         c->seq = srv->seq++;
         atomic_fetch_add(&srv->active, 1);
         if (pthread_create(&c->thread, &attr, serve_main, c) != 0) {
             pthread_mutex_unlock(&srv->lock);
             atomic_fetch_sub(&srv->active, 1);
             close(fd);
+            pthread_mutex_destroy(&c->rd);
             free(c);
             continue;
         }
@@ -582,6 +803,8 @@ pt_status_t pt_ctx_listen(pt_ctx_t *ctx, const char *host, int port, int *port_o
     }
     srv->ctx = ctx;
     srv->lfd = lfd;
+    const char *he = getenv("POOLTENSOR_TCP_HELP");
+    srv->help = !(he && *he == '0');
     while (!srv->incarnation && pt_plat_random(&srv->incarnation, 8) == PT_OK) {
     }
     pthread_mutex_init(&srv->lock, NULL);
@@ -638,4 +861,5 @@ void pt_ctx_tcp_stats(pt_ctx_t *ctx, pt_tcp_stats_t *out)
     out->bytes_out = atomic_load(&srv->bytes_out);
     out->refused = atomic_load(&srv->refused);
     out->quiet_refused = atomic_load(&srv->quiet_refused);
+    out->helped = atomic_load(&srv->helped);
 }
