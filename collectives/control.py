@@ -41,6 +41,10 @@ ENV_SECRET = "POOLTENSOR_SECRET_FILE"
 MAX_FRAME = 64 * 1024            # every control message is small: anything larger is hostile
 PLAN_FRAME = 4 << 20             # ...except, once authenticated, a plan and its reply (their
                                  # slab maps grow with the arrays: ~5 B a slab and array)
+REPLY_FRAME = 1 << 30            # and a plan's reply as its client reads it: as large as what
+                                 # the plan asked for (a reduction's partials are as large as
+                                 # its result: x.sum(axis=0) of a wide array), from a server
+                                 # that proved the secret
 MIN_SECRET = 16
 NONCE = 32
 VERSION = 1

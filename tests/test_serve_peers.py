@@ -241,6 +241,17 @@ def test_a_plan_too_big_for_a_control_frame_runs_in_the_script(pool):
     np.testing.assert_array_equal(z.to_numpy(), ref[1:] * 2)
 
 
+def test_a_reply_bigger_than_a_plan_frame_comes_back(pool):
+    # a reduction's partials may be far bigger than any plan: x.sum(axis=0) of a wide array
+    # sends each server's whole row of partial sums back (5.6 MB here, over PLAN_FRAME)
+    ref = (np.arange(3 * 700_000, dtype=np.float64) % 97).reshape(3, 700_000)
+    x = _on(pool, ref, "interleave")
+    reduces = _plans(pool, "reduce")
+    np.testing.assert_array_equal(np.asarray(x.sum(axis=0)), ref.sum(axis=0))
+    assert _plans(pool, "reduce") > reduces                 # the servers computed them
+    np.testing.assert_array_equal((x * 2).to_numpy(), ref * 2)   # and are still connected
+
+
 def test_a_copy_into_a_strided_output_runs_in_the_script(pool):
     # concatenate along axis 1 writes column blocks: a server's unit of them would cross into
     # the other server's slab, so the script writes them (numpy's result all the same)
@@ -426,3 +437,4 @@ def test_a_strided_output_is_written_by_the_script_not_across_servers(pool):
     np.multiply(v, 3, out=v)
     ref[::2] *= 3
     np.testing.assert_array_equal(x.to_numpy(), ref)
+

@@ -85,7 +85,7 @@ class ServerChannel:
         old = sock.gettimeout()
         try:
             sock.settimeout(timeout)
-            reply = _ctl.recv_frame(sock, max_frame=_ctl.PLAN_FRAME)
+            reply = _ctl.recv_frame(sock, max_frame=_ctl.REPLY_FRAME)
         except socket.timeout:
             raise Timeout(f"memory server did not finish its part within {timeout:.0f} s",
                           rank=self.peer, host=self.srv.address) from None
