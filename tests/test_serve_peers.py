@@ -252,6 +252,20 @@ def test_a_reply_bigger_than_a_plan_frame_comes_back(pool):
     np.testing.assert_array_equal((x * 2).to_numpy(), ref * 2)   # and are still connected
 
 
+
+def test_a_matmul_with_a_small_result_runs_on_the_servers(pool, monkeypatch):
+    # (N, 256) @ (256, 1): each server writes 16 KiB of result from 4 MiB of rows; the work
+    # threshold counts the rows read, not the bytes written (the script read all of `a` before)
+    monkeypatch.setenv("POOLTENSOR_MEMBER_WORK_MIN", str(256 << 10))
+    ref = (np.arange(8192 * 256, dtype=np.float32) % 13).reshape(8192, 256)
+    x = _on(pool, ref, "interleave")
+    b = (np.arange(256, dtype=np.float32) % 5).reshape(256, 1)
+    rows, moved = _plans(pool, "rows"), _moved(pool)
+    got = x @ b
+    np.testing.assert_array_equal(got.to_numpy(), ref @ b)
+    assert _plans(pool, "rows") > rows
+    assert _moved(pool) - moved < ref.nbytes // 4, _moved(pool) - moved
+
 def test_a_copy_into_a_strided_output_runs_in_the_script(pool):
     # concatenate along axis 1 writes column blocks: a server's unit of them would cross into
     # the other server's slab, so the script writes them (numpy's result all the same)

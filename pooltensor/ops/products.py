@@ -196,7 +196,11 @@ def _rows_on_servers(a, b, out, rdt):
             B = from_numpy(B)
         except PoolOutOfMemory:
             pass                    # in the plan if it fits a frame, else all done here
-    doers = work.doers(pool, out, inputs=[a, B])
+    # a server's work is its rows of `a`, not its result bytes: (N, K) @ (K, 1) writes K
+    # times fewer bytes than it reads
+    M = b.shape[-1] if b.ndim == 2 else 1
+    weight = max(1.0, a.shape[-1] * a.itemsize / (max(M, 1) * out.itemsize))
+    doers = work.doers(pool, out, inputs=[a, B], weight=weight)
     return work.share(pool, doers, ("rows", a, B, out, rdt, True),
                       lambda handled: rows_units(a, B, out, rdt, handled), [out]) is not None
 

@@ -165,14 +165,15 @@ def work_min():
         raise ValueError(f"${ENV_MIN} must be a number of bytes, not {v!r}") from None
 
 
-def doers(pool, target, local_ok=False, inputs=None, written=True):
+def doers(pool, target, local_ok=False, inputs=None, written=True, weight=1.0):
     """The members that compute their own part of an operation whose output is `target` (a
     pool array): a plain script's member processes, and memory servers when local_ok (every
     input of the work a server would do lives on it) or when the servers can read the
     inputs from each other (see servers_reach; inputs: the operation's pool arrays, None
     when a server could not do its part that way; written: False when the operation only
-    reads the target, a reduction), that home at least work_min() bytes of it. Empty outside
-    such pools."""
+    reads the target, a reduction), that home at least work_min() bytes of it, counted
+    `weight` times (the input bytes behind each output byte: a matmul's K over its M). Empty
+    outside such pools."""
     chans = getattr(pool, "chans", None)
     if not chans or pool.closed:
         return ()
@@ -190,7 +191,7 @@ def doers(pool, target, local_ok=False, inputs=None, written=True):
         m = a.members[k]
         ch = chans.get(m)
         if ch is not None and (local_ok or not getattr(ch, "aligned_only", False)):
-            per[m] = per.get(m, 0) + S
+            per[m] = per.get(m, 0) + S * weight
     least = work_min()
     return tuple(sorted(m for m, b in per.items() if b >= least))
 
