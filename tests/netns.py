@@ -113,6 +113,16 @@ def _delete():
         _ip("netns", "del", ns, check=False)     # its veth ends go with it
 
 
+def _free_index(name, what):
+    """The first k in 1..249 with no namespace called name.format(k) (under _locked())."""
+    listed = _ip("netns", "list").stdout
+    used = {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
+    n = next((k for k in range(1, 250) if name.format(k) not in used), None)
+    if n is None:
+        raise RuntimeError(f"no free {what} (250 in use)")
+    return n
+
+
 @contextlib.contextmanager
 def _locked():
     with open(LOCK, "a") as f:
@@ -187,12 +197,7 @@ class Pair:
         if why:
             raise RuntimeError(why)
         with _locked():
-            listed = _ip("netns", "list").stdout
-            used = {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
-            n = next((k for k in range(1, 250) if f"ptp{k}-a" not in used), None)
-            if n is None:
-                raise RuntimeError("no free private namespace pair (250 in use)")
-            self.n = n
+            n = self.n = _free_index("ptp{}-a", "private namespace pair")
             self.names = (f"ptp{n}-a", f"ptp{n}-b")
             self.addrs = (f"10.78.{n}.1", f"10.78.{n}.2")
             try:
@@ -297,12 +302,7 @@ class Lan:
         self.rates = {h: (rates or {}).get(h, rate) for h in self.hosts}
         with _locked():
             self._reap()
-            listed = _ip("netns", "list").stdout
-            used = {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
-            n = next((k for k in range(1, 250) if f"ptl{k}-sw" not in used), None)
-            if n is None:
-                raise RuntimeError("no free switch layout (250 in use)")
-            self.n = n
+            n = self.n = _free_index("ptl{}-sw", "switch layout")
             self.sw = f"ptl{n}-sw"
             self.names = {h: f"ptl{n}-{h}" for h in self.hosts}
             with open(self.OWNERS.format(n), "w") as f:

@@ -298,6 +298,35 @@ def _private_pool(tmp_path, monkeypatch, memory, timeout):
     return servers, secret, pool
 
 
+def _lost_during(servers, fn):
+    """Stop server 2, run fn() in a thread (it must then wait on the stopped server), kill
+    server 2: fn's error, which came without a hang or a result, is PeerLost naming server 2
+    (rank 2) and the member that found it (member 1)."""
+    os.kill(servers[1].pid, signal.SIGSTOP)
+    got = {}
+
+    def op():
+        try:
+            got["z"] = fn()
+        except BaseException as e:                  # noqa: BLE001
+            got["err"] = e
+    t = threading.Thread(target=op)
+    t0 = time.monotonic()
+    t.start()
+    time.sleep(1.0)
+    assert t.is_alive(), got                       # waiting on the stopped server
+    os.kill(servers[1].pid, signal.SIGKILL)
+    servers[1].wait()
+    t.join(30)
+    assert not t.is_alive(), "hung after the peer died"
+    assert time.monotonic() - t0 < 15
+    assert "z" not in got, "a result was returned"
+    e = got["err"]
+    assert isinstance(e, PeerLost), repr(e)
+    assert e.rank == 2 and e.host == servers[1].address, (e.rank, e.host, str(e))
+    assert "member 1" in " ".join(getattr(e, "__notes__", [])), e.__notes__
+
+
 def test_a_peer_lost_mid_operation_is_peerlost_naming_it(tmp_path, monkeypatch):
     servers, _, pool = _private_pool(tmp_path, monkeypatch, 48 << 20, 20)
     try:
@@ -306,29 +335,7 @@ def test_a_peer_lost_mid_operation_is_peerlost_naming_it(tmp_path, monkeypatch):
         x = _on(pool, rx, [1])
         y = _on(pool, rx * 2, [2])
         # server 2 stopped: server 1 is waiting for its slabs when it dies
-        os.kill(servers[1].pid, signal.SIGSTOP)
-        got = {}
-
-        def op():
-            try:
-                got["z"] = x[1:] + y[:-1]               # only server 1 homes the result
-            except BaseException as e:                  # noqa: BLE001
-                got["err"] = e
-        t = threading.Thread(target=op)
-        t0 = time.monotonic()
-        t.start()
-        time.sleep(1.0)
-        assert t.is_alive(), got                       # waiting on the stopped server
-        os.kill(servers[1].pid, signal.SIGKILL)
-        servers[1].wait()
-        t.join(30)
-        assert not t.is_alive(), "hung after the peer died"
-        assert time.monotonic() - t0 < 15
-        assert "z" not in got, "a result was returned"
-        e = got["err"]
-        assert isinstance(e, PeerLost), repr(e)
-        assert e.rank == 2 and e.host == servers[1].address, (e.rank, e.host, str(e))
-        assert "member 1" in " ".join(getattr(e, "__notes__", [])), e.__notes__
+        _lost_during(servers, lambda: x[1:] + y[:-1])     # only server 1 homes the result
         # what server 1 holds is intact and readable
         np.testing.assert_array_equal(x[:1000].to_numpy(), rx[:1000])
     finally:
@@ -343,29 +350,7 @@ def test_a_peer_lost_during_a_matmul_is_peerlost_naming_it(tmp_path, monkeypatch
         ra = np.ones((4096, 256), np.float32)
         a = _on(pool, ra, [1])                       # the result's rows: server 1's
         b = _on(pool, np.ones((256, 64), np.float32), [2])  # read by server 1 from server 2
-        os.kill(servers[1].pid, signal.SIGSTOP)
-        got = {}
-
-        def op():
-            try:
-                got["z"] = a @ b
-            except BaseException as e:                  # noqa: BLE001
-                got["err"] = e
-        t = threading.Thread(target=op)
-        t0 = time.monotonic()
-        t.start()
-        time.sleep(1.0)
-        assert t.is_alive(), got                       # server 1 waits on the stopped one
-        os.kill(servers[1].pid, signal.SIGKILL)
-        servers[1].wait()
-        t.join(30)
-        assert not t.is_alive(), "hung after the peer died"
-        assert time.monotonic() - t0 < 15
-        assert "z" not in got, "a result was returned"
-        e = got["err"]
-        assert isinstance(e, PeerLost), repr(e)
-        assert e.rank == 2 and e.host == servers[1].address, (e.rank, e.host, str(e))
-        assert "member 1" in " ".join(getattr(e, "__notes__", [])), e.__notes__
+        _lost_during(servers, lambda: a @ b)
         np.testing.assert_array_equal((a[:8] @ np.ones((256, 2), np.float32)).to_numpy(),
                                       np.full((8, 2), 256, np.float32))   # server 1 works on
     finally:

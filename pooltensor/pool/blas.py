@@ -6,8 +6,8 @@ BLAS on every core the machine ran N times as many BLAS threads as cores, and th
 a process that finished its share first spun on cores the others still needed (measured: a
 (262143, 256) @ (256, 64) float32 product with 2 members took 0.116-0.126 s, and numpy run
 right after it 0.11-0.13 s instead of 0.067). So each process gets its share of the cores:
-members through the usual variables at start (unless the user set them), the script for
-the length of its own share of a plan (threadpoolctl, which finds whichever BLAS numpy
+members through the usual variables at start (unless the user set any of them), the script
+for the length of its own share of a plan (threadpoolctl, which finds whichever BLAS numpy
 loaded), and back to what it was after.
 """
 import contextlib

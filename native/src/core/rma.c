@@ -196,6 +196,12 @@ pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, siz
  * timeout again (a write to the counter by anyone else is also seen then at the latest). */
 #define HELP_SLICE 0.002
 
+/* Whether rank's frames reach this process over tcp (so a waiter may read them itself). */
+static int over_tcp(pt_ctx_t *ctx, int rank)
+{
+    return rank >= 0 && rank < ctx->size && ctx->server && ctx->peers[rank].tcp;
+}
+
 pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,
                           double timeout)
 {
@@ -208,13 +214,13 @@ pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int
     /* the peer's frames come over tcp: read them here (polling their sockets as a wait polls
      * its counter) rather than be woken by the thread that would read them: no wake-up while
      * polling, one after, where the thread's costs two */
-    int help = watch >= 0 && watch < ctx->size && ctx->server && ctx->peers[watch].tcp;
+    int help = over_tcp(ctx, watch);
     for (unsigned i = 0;; i++) {
         if (atomic_load_explicit(p, memory_order_acquire) >= value)
             return PT_OK;
         if (help) {
             double el = pt__now() - start;
-            if (watch >= 0 && pt_ctx_peer_lost(ctx, watch))
+            if (pt_ctx_peer_lost(ctx, watch))
                 return PT_ERR_PEER_LOST;
             if (timeout >= 0 && el > timeout)
                 return PT_ERR_TIMEOUT;
@@ -242,6 +248,6 @@ pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int
             return PT_OK;
         pt_plat_wait(pt__low_word(p), w, 0.01, 1);
         /* woken, or 10 ms: the peer's sockets may be free to read again */
-        help = watch >= 0 && watch < ctx->size && ctx->server && ctx->peers[watch].tcp;
+        help = over_tcp(ctx, watch);
     }
 }
