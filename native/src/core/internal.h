@@ -199,7 +199,7 @@ static inline _Atomic uint32_t *pt__low_word(const void *p)
  * server itself (tcp_server.c): polling the sockets for `spin` seconds, then sleeping in
  * poll, for `slice` seconds at most. 1: the counter got there; 0: not within slice; -1: it
  * cannot (no such connection, one is busy in its thread, the next input is something else,
- * not Linux): then wait as usual. */
+ * a platform without a socket sleeper: the posix profile): then wait as usual. */
 int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, double spin,
                  double slice);
 

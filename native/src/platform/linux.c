@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -279,6 +280,38 @@ void pt_plat_wake(_Atomic uint32_t *addr, int shared)
 {
     int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
     syscall(SYS_futex, (uint32_t *)addr, op, INT_MAX, NULL, NULL, 0);
+}
+
+/* ---- a socket's sleeper ---- */
+
+int pt_plat_sleeper_open(int fd)
+{
+    int sp = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLONESHOT};
+    if (sp >= 0 && epoll_ctl(sp, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        close(sp);
+        return -1;
+    }
+    return sp;
+}
+
+void pt_plat_sleeper_arm(int sp, int fd, int on)
+{
+    /* a disarmed one-shot interest reports nothing, and changing it wakes nobody */
+    struct epoll_event ev = {.events = EPOLLONESHOT | (on ? EPOLLIN : 0u)};
+    (void)epoll_ctl(sp, EPOLL_CTL_MOD, fd, &ev);
+}
+
+void pt_plat_sleeper_wait(int sp, int timeout_ms)
+{
+    struct epoll_event ev;
+    (void)epoll_wait(sp, &ev, 1, timeout_ms);
+}
+
+void pt_plat_sleeper_close(int sp)
+{
+    if (sp >= 0)
+        close(sp);
 }
 
 /* ---- wake-up descriptors ---- */

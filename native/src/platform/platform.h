@@ -78,6 +78,20 @@ void pt_plat_wakefd_drain(const pt_plat_wakefd_t *w);
 /* Close it (nothing when closed); it is closed after. */
 void pt_plat_wakefd_close(pt_plat_wakefd_t *w);
 
+/* ---- a socket's sleeper, whose interest another thread can switch off ---- */
+
+/* A descriptor a thread sleeps on until socket fd has input, whose interest another thread can
+ * switch off and on again without waking the sleeper (Linux: an epoll with a one-shot
+ * interest), or -1 where the system has none: then the sleeper is the socket's only reader.
+ * Created with the interest off. */
+int pt_plat_sleeper_open(int fd);
+/* Interest in fd's input on (the next input, or input already there, wakes the sleeper once)
+ * or off (nothing wakes it but the socket's end). */
+void pt_plat_sleeper_arm(int sp, int fd, int on);
+/* Sleep until what the interest watches comes, or timeout_ms. */
+void pt_plat_sleeper_wait(int sp, int timeout_ms);
+void pt_plat_sleeper_close(int sp);        /* nothing for -1 */
+
 /* ---- peer death ---- */
 
 /* A descriptor that polls readable once process pid has exited (Linux: a pidfd), or -1 where

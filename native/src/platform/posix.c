@@ -262,6 +262,29 @@ void pt_plat_wake(_Atomic uint32_t *addr, int shared)
     /* nappers look again by themselves */
 }
 
+/* ---- a socket's sleeper: none here (each connection's thread reads alone) ---- */
+
+int pt_plat_sleeper_open(int fd)
+{
+    (void)fd;
+    return -1;
+}
+
+void pt_plat_sleeper_arm(int sp, int fd, int on)
+{
+    (void)sp;
+    (void)fd;
+    (void)on;
+}
+
+void pt_plat_sleeper_wait(int sp, int timeout_ms)
+{
+    (void)sp;
+    (void)timeout_ms;
+}
+
+void pt_plat_sleeper_close(int sp) { (void)sp; }
+
 /* ---- wake-up descriptors: a pipe ---- */
 
 static int fd_flags(int fd)

@@ -8,11 +8,11 @@
  * beyond PT_TCP_MAX_PAYLOAD. See tcp_proto.h for the frames.
  *
  * A rank waiting for a world peer's unanswered frames (a collective's messages) reads them
- * itself (pt__tcp_help, Linux): a frame served by the connection's thread costs two wake-ups
+ * itself (pt__tcp_help, where the platform has a sleeper: Linux): a frame served by the connection's thread costs two wake-ups
  * (that thread's, then the waiter's), one read by the waiter costs one, as in MPI libraries
  * where the rank reads its own sockets. Whoever holds a connection's reader token (rd) reads
- * its socket; its thread sleeps without the token in an epoll whose one-shot interest the
- * helper disarms while it reads (a disarmed interest wakes nobody) and arms again after. */
+ * its socket; its thread sleeps without the token on the platform's sleeper, whose interest
+ * the helper switches off while it reads (that wakes nobody) and on again after. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -21,9 +21,6 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/epoll.h>
-#endif
 
 #include "transport/tcp/tcp_proto.h"
 
@@ -33,7 +30,7 @@ typedef struct pt_tcp_sconn {
     struct pt_tcp_server *srv;
     int fd;                     /* (srv->lock) -1 once its thread closed it */
     pthread_mutex_t rd;         /* the reader token: whoever holds it reads the socket */
-    int ep;                     /* Linux: the epoll its thread sleeps in (-1: it reads alone) */
+    int ep;                     /* the sleeper its thread sleeps on (-1: it reads alone) */
     _Atomic int rank;           /* (srv->lock) the world rank served once others may read in
                                  * its thread's place, else -1 */
     struct serve *s;            /* the thread's serving state, for a helper holding rd */
@@ -379,30 +376,15 @@ static int readable(int fd)
     return poll(&pf, 1, 0) > 0;
 }
 
-#ifdef __linux__
-/* Interest in fd's input for the thread's epoll: armed (one shot) or disarmed. */
-static void interest(pt_tcp_sconn_t *c, int armed)
-{
-    struct epoll_event ev = {.events = EPOLLONESHOT | (armed ? EPOLLIN : 0u)};
-    ev.data.ptr = c;
-    (void)epoll_ctl(c->ep, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
 /* A connection from a world rank, past the handshake: let waiters read it. 1: c->ep is open
  * and this thread holds rd (published: others may take it while the thread sleeps). */
 static int helpable(pt_tcp_sconn_t *c, serve_t *s)
 {
     if (!c->srv->help || s->from < 0)
         return 0;
-    c->ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLONESHOT};
-    ev.data.ptr = c;
-    if (c->ep < 0 || epoll_ctl(c->ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
-        if (c->ep >= 0)
-            close(c->ep);
-        c->ep = -1;
+    c->ep = pt_plat_sleeper_open(c->fd);
+    if (c->ep < 0)
         return 0;
-    }
     c->s = s;
     pthread_mutex_lock(&c->rd);
     pthread_mutex_lock(&c->srv->lock);
@@ -415,10 +397,9 @@ static int helpable(pt_tcp_sconn_t *c, serve_t *s)
  * held again on return. */
 static void sleep_unlocked(pt_tcp_sconn_t *c)
 {
-    interest(c, 1);
+    pt_plat_sleeper_arm(c->ep, c->fd, 1);
     pthread_mutex_unlock(&c->rd);
-    struct epoll_event ev;
-    (void)epoll_wait(c->ep, &ev, 1, 500);
+    pt_plat_sleeper_wait(c->ep, 500);
     pthread_mutex_lock(&c->rd);
 }
 
@@ -485,7 +466,7 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
         return -1;
     }
     for (int i = 0; i < k; i++)
-        interest(mine[i], 0);
+        pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 0);
     double t0 = pt__now();
     int rc = 0, stop = 0;
     for (;;) {
@@ -515,34 +496,11 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
         (void)poll(pf, (nfds_t)k, (int)((slice - el) * 1e3) + 1);
     }
     for (int i = 0; i < k; i++) {
-        interest(mine[i], 1);
+        pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 1);
         pthread_mutex_unlock(&mine[i]->rd);
     }
     return rc;
 }
-#else
-/* Elsewhere each connection's thread reads alone. */
-static int helpable(pt_tcp_sconn_t *c, serve_t *s)
-{
-    (void)c;
-    (void)s;
-    return 0;
-}
-
-static void sleep_unlocked(pt_tcp_sconn_t *c) { (void)c; }
-
-int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, double spin,
-                 double slice)
-{
-    (void)ctx;
-    (void)rank;
-    (void)counter;
-    (void)value;
-    (void)spin;
-    (void)slice;
-    return -1;
-}
-#endif
 
 static void *serve_main(void *arg)
 {
@@ -646,7 +604,7 @@ out:
     c->fd = -1;
     atomic_store(&c->rank, -1);
     if (c->ep >= 0) {
-        close(c->ep);
+        pt_plat_sleeper_close(c->ep);
         c->ep = -1;
         pthread_mutex_unlock(&c->rd);
     }
