@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from collectives import _native
-from test_tcp import CHUNK, HDR, SECRET, _server_process, accept_authenticated, err
+from test_tcp import CHUNK, HDR, _server_process, accept_authenticated, err, tcp_client
 from test_tcp import pair  # noqa: F401  (the fixture)
 
 QUIET = 24          # PT_TCP_OP_PUT_NOTIFY_QUIET
@@ -102,7 +102,7 @@ def test_quiet_frame_is_one_unanswered_frame_on_the_wire():
     """Against a target that never answers: the call returns at once (a put_notify would wait
     out the timeout), and the bytes are exactly header, value, payload."""
     port, got, stop, t = _mute_target()
-    cli = _client(port, 3)
+    cli = tcp_client(port, 3)
     try:
         payload = bytes(range(200))
         t0 = time.monotonic()
@@ -128,20 +128,12 @@ def test_quiet_frame_is_one_unanswered_frame_on_the_wire():
         cli.close()
 
 
-def _client(port, timeout):
-    cli = _native.Context(0, 2, 1)
-    cli.set_secret(SECRET)
-    cli.set_timeout(timeout)
-    cli.connect_tcp(1, "127.0.0.1", port)
-    return cli
-
-
 def test_quiet_to_a_killed_target_is_peer_lost():
     """The first frames after the kill may still be taken by the socket; within seconds the
     sender is told PeerLost (the connection's end is seen, the dial refused), never a hang,
     and never ConnectionDropped (a collective would name no rank at fault)."""
     p, port, key = _server_process(1 << 20)
-    cli = _client(port, 5)
+    cli = tcp_client(port, 5)
     try:
         cli.put_notify_quiet(1, key, 0, b"abcdefgh", key, 8, 1)
         p.kill()
@@ -185,7 +177,7 @@ def test_quiet_frame_cut_off_by_a_peer_that_goes_is_peer_lost(monkeypatch):
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
-    cli = _client(lsock.getsockname()[1], 5)
+    cli = tcp_client(lsock.getsockname()[1], 5)
     try:
         t0 = time.monotonic()                    # (the call dials: the handshake is first)
         with pytest.raises(_native.Error) as e:
@@ -201,7 +193,7 @@ def test_quiet_to_a_stopped_target_times_out():
     """A target that stopped reading fills the socket: the send that finds no room fails with
     Timeout within the timeout, and the peer is not taken for lost (slow is not gone)."""
     p, port, key = _server_process(1 << 20)
-    cli = _client(port, 1.5)
+    cli = tcp_client(port, 1.5)
     data = np.zeros(CHUNK, np.uint8)
     try:
         cli.put_notify_quiet(1, key, 0, data, key, 0, 1)

@@ -124,6 +124,30 @@ static void check_deadlines(pt_tcp_conn_t *c, double *last)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* When a read in the middle of a reply must be over: the earliest deadline of the requests
+ * in flight (one past it fails the connection, as check_deadlines does between replies), and
+ * never later than PT_TCP_IO_TIMEOUT from now. A payload cut off by a partition would
+ * otherwise hold every request of the connection for PT_TCP_IO_TIMEOUT, past the context's
+ * timeout. Called with c->lock held. */
+static double mid_reply_deadline_locked(pt_tcp_conn_t *c)
+{
+    double d = pt__now() + PT_TCP_IO_TIMEOUT;
+    for (int i = 0; i < PT_TCP_MAX_INFLIGHT; i++)
+        if (c->slots[i] && c->slots[i]->deadline > 0 && c->slots[i]->deadline < d)
+            d = c->slots[i]->deadline;
+    return d;
+}
+
+/* A read in the middle of a reply failed: past a request's deadline, the connection fails
+ * with PT_ERR_TIMEOUT (as check_deadlines would have failed it); -1 either way (the stream
+ * is broken: the caller fails the connection, which is a no-op once it failed here). */
+static int mid_reply_failed(pt_tcp_conn_t *c)
+{
+    if (errno == ETIMEDOUT)
+        pt__tcp_conn_fail(c, PT_ERR_TIMEOUT);
+    return -1;
+}
+
 static pt_status_t reply_status(uint32_t s)
 {
     /* only the refusals a target sends; anything else from the wire is a protocol error */
@@ -160,15 +184,18 @@ static int on_reply(pt_tcp_conn_t *c, const pt_tcp_hdr_t *h)
             return -1;
         }
         r->busy++;
+        double until = mid_reply_deadline_locked(c);
         pthread_mutex_unlock(&c->lock);
         int rc = pt__tcp_recv_spin(c->fd, (uint8_t *)r->buf + (h->off - r->off),
-                                   (size_t)h->len, pt__now() + PT_TCP_IO_TIMEOUT, &c->abort);
+                                   (size_t)h->len, until, &c->abort);
+        int why = errno;
         pthread_mutex_lock(&c->lock);
         int gone = r->finished; /* failed meanwhile: the connection is going */
         pt__tcp_unbusy_locked(c, r);    /* (may free r when gone) */
         if (rc < 0 || gone) {
             pthread_mutex_unlock(&c->lock);
-            return -1;
+            errno = why;
+            return rc < 0 ? mid_reply_failed(c) : -1;
         }
     }
     if (st != PT_OK && r->status == PT_OK)
@@ -190,10 +217,13 @@ static int read_reply(pt_tcp_conn_t *c)
         return atomic_load(&c->dead) ? -1 : 0;
     if (n <= 0)
         return -1;
-    if ((size_t)n < sizeof(hb) &&
-        pt__tcp_recv(c->fd, hb + n, sizeof(hb) - (size_t)n, pt__now() + PT_TCP_IO_TIMEOUT,
-                     &c->abort, NULL) < 0)
-        return -1;
+    if ((size_t)n < sizeof(hb)) {
+        pthread_mutex_lock(&c->lock);
+        double until = mid_reply_deadline_locked(c);
+        pthread_mutex_unlock(&c->lock);
+        if (pt__tcp_recv(c->fd, hb + n, sizeof(hb) - (size_t)n, until, &c->abort, NULL) < 0)
+            return mid_reply_failed(c);
+    }
     pt_tcp_hdr_t h;
     pt__hdr_unpack(hb, &h);
     return on_reply(c, &h) < 0 ? -1 : 1;
