@@ -156,6 +156,10 @@ def recv_frame(sock, deadline=None, max_frame=MAX_FRAME):
     body = _recv_exact(sock, n, deadline) if n else b""
     if body is None or len(body) < n:
         raise ProtocolError("connection closed in the middle of a frame")
+    return _decode(body)
+
+
+def _decode(body):
     try:
         msg = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as e:
@@ -163,6 +167,41 @@ def recv_frame(sock, deadline=None, max_frame=MAX_FRAME):
     if not isinstance(msg, dict):
         raise ProtocolError(f"frame is a {type(msg).__name__}, not a map")
     return msg
+
+
+class FrameReader:
+    """The frames of one connection, read so that a wait that times out loses nothing: the
+    bytes of a frame read so far stay here, and the next read goes on from them. A client
+    that stopped waiting for one reply (socket.timeout) can then still read it later, and
+    the replies after it, in step (remote._Server's owed replies); recv_frame's bytes of a
+    timed-out frame are gone, and the stream with them."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray()
+
+    def recv(self, deadline=None, max_frame=MAX_FRAME):
+        """As recv_frame (None: closed between frames)."""
+        buf = self.buf
+        while True:
+            if len(buf) >= 4:
+                (n,) = _LEN.unpack_from(buf)
+                if n > max_frame:
+                    raise ProtocolError(f"frame of {n} bytes (at most {max_frame})")
+                if len(buf) >= 4 + n:
+                    body = bytes(buf[4:4 + n])
+                    del buf[:4 + n]
+                    return _decode(body)
+                want = 4 + n - len(buf)
+            else:
+                want = 4 - len(buf)
+            _settimeout(self.sock, deadline)
+            part = self.sock.recv(min(want, 4 << 20))
+            if not part:
+                if buf:
+                    raise ProtocolError("connection closed in the middle of a frame")
+                return None
+            buf += part
 
 
 def send_frame(sock, msg, deadline=None):

@@ -20,11 +20,12 @@ memory (how the pool makes its read-only view of a heap).
 import os
 import socket
 import threading
+import time
 import weakref
 
 from . import _native, counters
 from . import control as _ctl
-from .errors import BootstrapError, PeerLost, PooltensorError
+from .errors import BootstrapError, PeerLost, PooltensorError, Timeout
 from .rendezvous.bootstrap import parse_address
 from .window import LocalMemory, Window, raise_native
 
@@ -64,19 +65,47 @@ class _Server:
             raise BootstrapError(f"memory server {address}: handshake failed: {e}",
                                  rank=rank, host=address) from None
         sock.settimeout(timeout)             # each request: the handshake left its deadline
+        self.timeout = timeout
         self.ip = sock.getpeername()[0]      # the data path goes where this connection went
         self.data_port = int(self.facts["data_port"])
+        self.reader = _ctl.FrameReader(sock)
+        self.owed = 0                        # replies to requests whose callers gave up
+
+    def reply(self, timeout, max_frame=_ctl.MAX_FRAME):
+        """The reply to the request just sent on this connection (self.lock held), None if
+        the server closed it. The server answers in order, so the replies owed to requests
+        whose callers stopped waiting (a partition, a slow plan) come first: they are read
+        and dropped. When this one does not come within `timeout` (None: no limit) it is owed
+        in turn (socket.timeout): the connection stays in step, and a late answer is never
+        taken for the next request's."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is None:
+            self.sock.settimeout(None)
+        try:
+            while self.owed:
+                if self.reader.recv(deadline, max(max_frame, _ctl.REPLY_FRAME)) is None:
+                    return None
+                self.owed -= 1
+            return self.reader.recv(deadline, max_frame)
+        except socket.timeout:
+            self.owed += 1
+            raise
+        finally:
+            if timeout is None:
+                self.sock.settimeout(self.timeout)
 
     def request(self, msg):
         """One request, its reply (a dict); PeerLost if the server is gone, ServerRefused if
-        it says no."""
+        it says no, Timeout if it does not answer within the timeout (the connection stays
+        usable: that answer is dropped when it comes)."""
         with self.lock:
             try:
                 _ctl.send_frame(self.sock, msg)
-                reply = _ctl.recv_frame(self.sock)
+                reply = self.reply(self.timeout)
             except socket.timeout:
-                raise PeerLost("memory server did not answer its control request in time",
-                               rank=self.rank, host=self.address) from None
+                raise Timeout(f"memory server did not answer its control request "
+                              f"({msg.get('op')}) within {self.timeout:g} s",
+                              rank=self.rank, host=self.address) from None
             except (OSError, _ctl.ProtocolError) as e:
                 raise PeerLost(f"memory server's control connection failed: {e}",
                                rank=self.rank, host=self.address) from None

@@ -128,6 +128,24 @@ class ServerProc:
     def wait(self, timeout=20.0):
         return self.proc.wait(timeout)
 
+    def pause(self):
+        """SIGSTOP, returned once every thread of the server has stopped (the signal alone
+        lets a thread that was running finish what it was doing)."""
+        os.kill(self.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            states = []
+            for tid in os.listdir(f"/proc/{self.pid}/task"):
+                try:
+                    with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except OSError:
+                    pass
+            if states and all(s in "tT" for s in states):
+                return
+            time.sleep(0.005)
+        raise AssertionError("the server did not stop")
+
     def rss_shmem(self):
         """Bytes of shared memory (its memfd segments) the server has resident now."""
         with open(f"/proc/{self.pid}/status") as f:

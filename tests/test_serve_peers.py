@@ -424,6 +424,65 @@ def test_a_stopped_peer_is_timeout_naming_it_before_the_script_gives_up(tmp_path
             s.stop()
 
 
+def test_a_stopped_server_is_timeout_and_the_pool_goes_on_once_it_answers(tmp_path,
+                                                                          monkeypatch):
+    """A server that answers late (stopped; or a partition longer than the timeout) fails the
+    plan and the control request waiting on it with Timeout; once it answers again, its late
+    replies are dropped and the pool goes on: it was taken for broken for good ("finalize
+    and init again"), and a late reply would have been read as the next request's."""
+    servers, _, pool = _private_pool(tmp_path, monkeypatch, 24 << 20, 1.5)
+    try:
+        rx = np.arange(4 * SLAB // 8, dtype=np.float64)
+        x = _on(pool, rx, [1])
+        srv = pool.world.server(1)
+        servers[0].pause()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(Timeout) as e:
+                x * 2
+            assert e.value.rank == 1 and time.monotonic() - t0 < 4, str(e.value)
+            with pytest.raises(Timeout):
+                srv.request({"op": "name_list"})
+            assert srv.owed >= 2          # (each waits for its own, then gives up)
+        finally:
+            os.kill(servers[0].pid, signal.SIGCONT)
+        np.testing.assert_array_equal((x * 3).to_numpy(), rx * 3)
+        assert srv.owed == 0
+        assert srv.request({"op": "name_list"})["names"] == []
+        assert float(x.sum()) == float(rx.sum())
+    finally:
+        pt.finalize()
+        for s in servers:
+            s.stop()
+
+
+def test_a_prefetch_that_failed_earlier_is_fetched_again_by_the_read(tmp_path, monkeypatch):
+    """A prefetch issued while the server was stopped fails at its deadline, before anyone
+    reads its slab; the read that comes after the server is back fetches the slab anew
+    rather than reporting the old failure (a Timeout in 0.002 s, long after the cause)."""
+    servers, _, pool = _private_pool(tmp_path, monkeypatch, 24 << 20, 1.0)
+    try:
+        per = SLAB // 8
+        rx = np.arange(8 * per, dtype=np.float64)
+        x = _on(pool, rx, [1])
+        for k in (2, 0, 1):                  # slab 2 cached, then a stream of step 1 begun
+            np.testing.assert_array_equal(x[k * per:(k + 1) * per].to_numpy(),
+                                          rx[k * per:(k + 1) * per])
+        issued = pool.cache.prefetch_issued
+        servers[0].pause()
+        try:
+            x[2 * per:3 * per].to_numpy()      # a hit, which prefetches slab 3 (stopped)
+            assert pool.cache.prefetch_issued == issued + 1
+            time.sleep(2.0)                    # past its deadline: it failed
+        finally:
+            os.kill(servers[0].pid, signal.SIGCONT)
+        np.testing.assert_array_equal(x[3 * per:4 * per].to_numpy(), rx[3 * per:4 * per])
+    finally:
+        pt.finalize()
+        for s in servers:
+            s.stop()
+
+
 def test_a_strided_output_is_written_by_the_script_not_across_servers(pool):
     # a strided view's work units cross slab boundaries: a server would have to write
     # another server's slab, so the script does that work (and the result is numpy's)

@@ -110,6 +110,13 @@ def _entry(pool, alloc, k):
     cache = pool.cache
     key = (alloc.heap, m, slot)
     e = cache.entries.get(key)
+    if e is not None and e.prefetched and e.req is not None and _failed(e.req):
+        # a prefetch that failed before anyone wanted the slab (a partition since healed,
+        # say): this read fetches it anew within its own timeout, instead of reporting the
+        # failure of an earlier moment
+        cache.discard(e)
+        cache.prefetch_wasted += 1
+        e = None
     if e is not None:
         cache.entries.move_to_end(key)
         cache.hits += 1
@@ -120,6 +127,15 @@ def _entry(pool, alloc, k):
         return e
     cache.misses += 1
     return fetch(pool, alloc.heap, m, slot, alloc.slab_len(k))
+
+
+def _failed(req):
+    """Has this transfer failed already (its error not yet seen by a wait)?"""
+    try:
+        req.test()
+    except Exception:                   # noqa: BLE001  (whatever it was, it is not the bytes)
+        return True
+    return False
 
 
 # -- reads ---------------------------------------------------------------------------------

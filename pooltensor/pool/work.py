@@ -280,7 +280,8 @@ class Round:
                 first = first or e
                 continue
             except Timeout as e:
-                self.pool.broken = e
+                if not getattr(ch, "in_step_after_timeout", False):
+                    self.pool.broken = e      # its late reply would answer the next plan
                 first = first or e
                 continue
             except Exception as e:         # noqa: BLE001  (a reply that does not decode)
@@ -425,9 +426,10 @@ def _member_exception(m, value):
 
 
 def check(pool):
-    """Raise the error that broke the members' channels, if one did (a member that did not
-    answer in time leaves its channel out of step: finalize and init again). A lost member
-    does not break the pool: it gets no more plans (pool/replicas.py)."""
+    """Raise the error that broke the members' channels, if one did (a member process that
+    did not answer in time leaves its channel out of step: finalize and init again; a memory
+    server's control connection drops the late reply instead, and stays usable). A lost
+    member does not break the pool: it gets no more plans (pool/replicas.py)."""
     err = getattr(pool, "broken", None)
     if err is not None:
         raise PeerLost(f"a member of this pool was lost earlier ({err}); call "
