@@ -87,14 +87,14 @@ static int send_next(pt_tcp_conn_t *c, pt_req_t *r)
     return 0;
 }
 
-/* Write every frame of a get of at most PT_TCP_GET_INLINE_FRAMES frames in one system call
+/* Write every frame of a get of at most PT_TCP_INLINE_FRAMES frames in one system call
  * (send_lock held; the caller marked it busy). Get frames are headers only. */
 static int send_get_all(pt_tcp_conn_t *c, pt_req_t *r)
 {
-    uint8_t hb[PT_TCP_GET_INLINE_FRAMES][PT_TCP_HDR];
-    struct iovec iov[PT_TCP_GET_INLINE_FRAMES];
+    uint8_t hb[PT_TCP_INLINE_FRAMES][PT_TCP_HDR];
+    struct iovec iov[PT_TCP_INLINE_FRAMES];
     int n = 0;
-    while (r->sent < r->len && n < PT_TCP_GET_INLINE_FRAMES) {
+    while (r->sent < r->len && n < PT_TCP_INLINE_FRAMES) {
         size_t step = r->len - r->sent < PT_TCP_CHUNK ? r->len - r->sent : PT_TCP_CHUNK;
         pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_GET, .id = r->id,
                           .key = r->key, .off = r->off + r->sent, .len = step};
@@ -361,8 +361,14 @@ static pt_status_t submit_on(pt_tcp_conn_t *c, pt_req_t *r, int sync, int *reade
     /* a get of a few frames goes whole from here too: its frames are headers only, and the
      * server answers them in order either way */
     int get_all = r->op == PT_TCP_OP_GET && r->frames > 1 &&
-                  r->frames <= PT_TCP_GET_INLINE_FRAMES;
-    if (c->q_head || (r->frames > 1 && !get_all) || payload > PT_TCP_INLINE_MAX) {
+                  r->frames <= PT_TCP_INLINE_FRAMES;
+    /* a synchronous put of a few frames, frame by frame from here: the send lock is taken
+     * for each, so another request's frame waits for one chunk at most, as it does behind
+     * the sender thread */
+    int put_all = sync && (r->op == PT_TCP_OP_PUT || r->op == PT_TCP_OP_PUT_NOTIFY) &&
+                  r->frames > 1 && r->frames <= PT_TCP_INLINE_FRAMES;
+    if (c->q_head || (r->frames > 1 && !get_all && !put_all) ||
+        (payload > PT_TCP_INLINE_MAX && !put_all)) {
         if (c->q_tail)
             c->q_tail->next = r;
         else
@@ -372,13 +378,16 @@ static pt_status_t submit_on(pt_tcp_conn_t *c, pt_req_t *r, int sync, int *reade
         pthread_mutex_unlock(&c->lock);
         return PT_OK;
     }
-    /* small and nothing queued: write it from this thread */
+    /* small, or a few frames, and nothing queued: write it from this thread */
     r->busy++;
     r->frames_sent = r->frames; /* counted before they go: replies may beat us back */
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&c->send_lock);
-    int rc = get_all ? send_get_all(c, r) : send_next(c, r);
-    pthread_mutex_unlock(&c->send_lock);
+    int rc = 0;
+    do {
+        pthread_mutex_lock(&c->send_lock);
+        rc = get_all ? send_get_all(c, r) : send_next(c, r);
+        pthread_mutex_unlock(&c->send_lock);
+    } while (put_all && rc == 0 && r->sent < r->len && !atomic_load(&c->dead));
     pthread_mutex_lock(&c->lock);
     if (rc < 0 && !atomic_load(&c->dead))
         pt__tcp_fail_locked(c, PT_ERR_PEER_LOST);
