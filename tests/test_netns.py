@@ -76,6 +76,16 @@ def test_collectives_across_hosts(netns, layout):
     assert all("coll ok" in o for o in outs), outs
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_large_collectives_across_hosts(netns, asynchronous):
+    """Chunks larger than a quiet frame go as answered puts: written by the caller and
+    waited for at once (the default), or in flight while the next is received
+    (POOLTENSOR_CHANNEL_ASYNC_MIN)."""
+    env = {"POOLTENSOR_CHANNEL_ASYNC_MIN": "65536"} if asynchronous else None
+    outs = check_ns_ranks([0, 1], "coll_large.py", env=env, timeout=200)
+    assert all("coll large ok" in o for o in outs), outs
+
+
 def test_collectives_two_ranks_per_host(netns):
     """Hierarchical: shared memory inside each namespace, tcp between them."""
     outs = check_ns_ranks([0, 0, 1, 1], "coll_correct.py", "--quick", timeout=220)

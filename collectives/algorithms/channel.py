@@ -32,10 +32,12 @@ receiver's wait for the counter is the only check, so a small collective costs o
 each way and no round trip. What that gives up: a rank no longer learns that its last chunk
 landed, so a partition that lets one rank's chunks through and not its peer's leaves the first
 done with an operation the second gives up; collectives/calls.py brings the two back in step
-(the record of the given-up call is written until it lands). Larger chunks (ASYNC_MIN bytes
-and more) go with put_notify_async, one in flight per peer (waited for before the next to that
-peer, so that they land in order, and at the end of the operation): the next chunk is received
-and reduced while one is on the wire.
+(the record of the given-up call is written until it lands). Larger chunks go with
+put_notify, which the calling thread writes and then waits for (its own thread reads the
+answer: no hand-off); with POOLTENSOR_CHANNEL_ASYNC_MIN set, chunks of that many bytes and more
+go with put_notify_async instead, one in flight per peer (waited for before the next to that
+peer, so that they land in order, and at the end of the operation), so that the next chunk is
+received and reduced while one is on the wire.
 The counters only grow, so consecutive collectives continue one stream per pair; the header
 (op sequence number of the group, digest of the call, algorithm and group, payload length,
 ack) gives every operation in flight its own tag and catches calls that do
@@ -85,11 +87,14 @@ NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
 # every rank gets slots at every other rank (direct.py's all-to-all) in worlds up to this size
 DIRECT_RANKS = int(os.environ.get("POOLTENSOR_DIRECT_RANKS", 8))
 FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed are notified
-# chunks of at least this many bytes go over tcp without waiting for the answer (the next one
-# to that rank, or the end of the operation, waits for it): the send is in flight while this
-# rank receives and reduces; smaller ones wait at once (an answer read by the connection's
-# receiver thread costs a hand-off, more than these save)
-ASYNC_MIN = int(os.environ.get("POOLTENSOR_CHANNEL_ASYNC_MIN", 64 * 1024))
+# chunks of at least this many bytes (0: none) go over tcp without waiting for the answer (the
+# next one to that rank, or the end of the operation, waits for it): the send is in flight
+# while this rank receives and reduces. Off by default: an answer read by the connection's
+# receiver thread, and a write by its sender thread, cost more hand-offs than the overlap
+# saves; measured with bench/tcp.py across two namespaces on 2 cores, 2 ranks, seven runs
+# alternating: 4 MiB allreduce 1.20-1.59x MPICH's time with synchronous chunks against
+# 1.19-2.06x asynchronous, 16 MiB 1.15-1.34x against 1.18-2.39x
+ASYNC_MIN = int(os.environ.get("POOLTENSOR_CHANNEL_ASYNC_MIN", 0))
 # chunks up to this many bytes go over tcp in one frame that is not answered (put_notify_quiet:
 # no round trip, no hand-off; with their header, the native limit of such a frame, 256 KiB);
 # larger ones as above
@@ -529,11 +534,12 @@ class Op:
         elif ch.tcp[dst]:
             if dst in ch.inflight:
                 ch._settle(dst)      # complete before the next starts: they land in order
-            stage = ch._stage(dst) if n >= ASYNC_MIN else ch.stage
+            later = 0 < ASYNC_MIN <= n
+            stage = ch._stage(dst) if later else ch.stage
             _HEADER.pack_into(stage, 0, gid, seq, algo, sig, n, ch.recvd[dst])
             if n:
                 stage[HDR:HDR + n] = data
-            if n >= ASYNC_MIN:
+            if later:
                 ch.inflight[dst] = ch.win.put_notify_async(dst, off, stage[:HDR + n], 8 * ch.me, 1)
             else:
                 ch.win.put_notify(dst, off, stage[:HDR + n], 8 * ch.me, 1)
