@@ -1,5 +1,5 @@
-/* Private to the tcp initiator (tcp_client.c sends, tcp_recv.c reads replies and completes
- * requests): a connection's state and the calls the two halves share. */
+/* Private to the tcp initiator (tcp_client.c and tcp_send.c send, tcp_recv.c reads replies
+ * and completes requests): a connection's state and the calls its parts share. */
 #ifndef PT_TCP_CLIENT_H
 #define PT_TCP_CLIENT_H
 
@@ -112,6 +112,12 @@ pt_status_t pt__tcp_conn_open(pt_ctx_t *ctx, int rank, double timeout, pt_tcp_co
 void pt__tcp_conn_close(pt_tcp_conn_t *c);
 /* Put r in flight on rank's main connection (dialed until r's deadline) or, c given, on c
  * (PT__TCP_DROPPED when c is dead). The connection then holds a reference. */
+/* tcp_send.c: frames of a request, writing its next frame (send_lock held, the request marked
+ * busy; 0 or -1), a get's frames (up to PT_TCP_INLINE_FRAMES) in one call, the sender thread */
+uint32_t pt__tcp_frame_count(const pt_req_t *r);
+int pt__tcp_send_next(pt_tcp_conn_t *c, pt_req_t *r);
+int pt__tcp_send_get_all(pt_tcp_conn_t *c, pt_req_t *r);
+void *pt__tcp_sender_main(void *arg);
 pt_status_t pt__tcp_submit_async(pt_ctx_t *ctx, int rank, pt_tcp_conn_t *c, pt_req_t *r);
 
 /* ---- tcp_dial.c ---- */
