@@ -127,36 +127,13 @@ def _settimeout(sock, deadline):
         sock.settimeout(left)
 
 
-def _recv_exact(sock, n, deadline=None):
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        _settimeout(sock, deadline)
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            return None if got == 0 else b""     # closed: cleanly between frames, or mid-frame
-        got += k
-    return bytes(buf)
-
-
 def recv_frame(sock, deadline=None, max_frame=MAX_FRAME):
     """The next message (a dict), or None when the peer closed between frames.
     ProtocolError for a bad frame or one over max_frame bytes (PLAN_FRAME only on connections
     whose peer has authenticated); socket.timeout / OSError pass through. `deadline` (a
-    time.monotonic() value) bounds the whole frame, however the bytes trickle in."""
-    head = _recv_exact(sock, 4, deadline)
-    if head is None:
-        return None
-    if len(head) < 4:
-        raise ProtocolError("connection closed in the middle of a frame header")
-    (n,) = _LEN.unpack(head)
-    if n > max_frame:
-        raise ProtocolError(f"frame of {n} bytes (at most {max_frame})")
-    body = _recv_exact(sock, n, deadline) if n else b""
-    if body is None or len(body) < n:
-        raise ProtocolError("connection closed in the middle of a frame")
-    return _decode(body)
+    time.monotonic() value) bounds the whole frame, however the bytes trickle in. What a
+    timed-out call read is gone (and the stream with it): FrameReader keeps it."""
+    return FrameReader(sock).recv(deadline, max_frame)
 
 
 def _decode(body):
@@ -173,35 +150,34 @@ class FrameReader:
     """The frames of one connection, read so that a wait that times out loses nothing: the
     bytes of a frame read so far stay here, and the next read goes on from them. A client
     that stopped waiting for one reply (socket.timeout) can then still read it later, and
-    the replies after it, in step (remote._Server's owed replies); recv_frame's bytes of a
-    timed-out frame are gone, and the stream with them."""
+    the replies after it, in step (remote._Server's owed replies). It never reads past the
+    frame it is reading, and each byte is received straight into the frame's buffer."""
 
     def __init__(self, sock):
         self.sock = sock
-        self.buf = bytearray()
+        self.head = bytearray(4)
+        self.body = None            # the frame's bytes, once its length is known
+        self.got = 0                # bytes of the header, then of the body, received
 
     def recv(self, deadline=None, max_frame=MAX_FRAME):
         """As recv_frame (None: closed between frames)."""
-        buf = self.buf
         while True:
-            if len(buf) >= 4:
-                (n,) = _LEN.unpack_from(buf)
+            if self.body is None and self.got == 4:
+                (n,) = _LEN.unpack(self.head)
                 if n > max_frame:
                     raise ProtocolError(f"frame of {n} bytes (at most {max_frame})")
-                if len(buf) >= 4 + n:
-                    body = bytes(buf[4:4 + n])
-                    del buf[:4 + n]
-                    return _decode(body)
-                want = 4 + n - len(buf)
-            else:
-                want = 4 - len(buf)
+                self.body, self.got = bytearray(n), 0
+            buf = self.head if self.body is None else self.body
+            if self.body is not None and self.got == len(buf):
+                self.body, self.got = None, 0
+                return _decode(buf)
             _settimeout(self.sock, deadline)
-            part = self.sock.recv(min(want, 4 << 20))
-            if not part:
-                if buf:
+            k = self.sock.recv_into(memoryview(buf)[self.got:])
+            if k == 0:
+                if self.got or self.body is not None:
                     raise ProtocolError("connection closed in the middle of a frame")
                 return None
-            buf += part
+            self.got += k
 
 
 def send_frame(sock, msg, deadline=None):

@@ -83,7 +83,7 @@ class _Server:
             self.sock.settimeout(None)
         try:
             while self.owed:
-                if self.reader.recv(deadline, max(max_frame, _ctl.REPLY_FRAME)) is None:
+                if self.reader.recv(deadline, _ctl.REPLY_FRAME) is None:
                     return None
                 self.owed -= 1
             return self.reader.recv(deadline, max_frame)

@@ -33,6 +33,15 @@ def _done(req):
         return False
 
 
+def _failed(req):
+    """A transfer that has failed already (its error not yet seen by a wait)."""
+    try:
+        req.test()
+    except Exception:                   # noqa: BLE001  (whatever it was, it is not the bytes)
+        return True
+    return False
+
+
 class Entry:
     """One cached slab: its frame, the home version it was fetched at, and its state."""
 

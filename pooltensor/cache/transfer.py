@@ -28,6 +28,7 @@ from collectives.errors import PeerLost
 
 from . import prefetch, progress
 from .fault import fetch
+from .slabs import _failed
 from .populate import populate
 from .layout import SLAB, contiguous, counterpart, decompose, extent, group_by_slab, normalize
 
@@ -127,15 +128,6 @@ def _entry(pool, alloc, k):
         return e
     cache.misses += 1
     return fetch(pool, alloc.heap, m, slot, alloc.slab_len(k))
-
-
-def _failed(req):
-    """Has this transfer failed already (its error not yet seen by a wait)?"""
-    try:
-        req.test()
-    except Exception:                   # noqa: BLE001  (whatever it was, it is not the bytes)
-        return True
-    return False
 
 
 # -- reads ---------------------------------------------------------------------------------
