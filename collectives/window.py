@@ -277,15 +277,28 @@ class Window:
         nothing at the target, and the counter never moves unless all the bytes were written."""
         self._notified(self._ctx.put_notify, rank, offset, data, notify_offset, value)
 
-    def put_notify_quiet(self, rank, offset, data, notify_offset, value=1):
-        """put_notify() that nobody answers: over tcp one frame (at most 256 KiB of data),
-        and the call returns once the socket took it (no round trip, nothing left in flight).
-        Only the receiver knows whether it landed: for a protocol where the receiver waits on
-        the counter anyway (a collective's channel). A refusal at the target changes nothing
-        there and is counted in its tcp_stats()['quiet_refused']; the errors raised are the
-        sending's (Timeout: the socket took nothing within the timeout; PeerLost;
-        ConnectionDropped: the frame may or may not land). Elsewhere it is put_notify()."""
-        self._notified(self._ctx.put_notify_quiet, rank, offset, data, notify_offset, value)
+    def put_notify_quiet(self, rank, offset, data, notify_offset, value=1, head=None):
+        """put_notify() that nobody answers: over tcp one frame per 256 KiB of data, and the
+        call returns once the socket took them (no round trip, nothing left in flight). `head`
+        (bytes-like), when given, lands at `offset` and `data` right after it: a message's
+        header goes with its payload without copying the two together. Only the receiver
+        knows whether it landed: for a protocol where the receiver waits on the counter anyway
+        (a collective's channel). A refusal at the target changes nothing there and is counted
+        in its tcp_stats()['quiet_refused']; the errors raised are the sending's (Timeout: the
+        socket took nothing within the timeout; PeerLost; ConnectionDropped: the frames may or
+        may not land). Elsewhere it is put() of data, then put_notify() of head."""
+        self._check(rank, offset)
+        self._check(rank, notify_offset)
+        key = self._keys[rank]
+        try:
+            if head is None:
+                self._ctx.put_notify_quiet(rank, key, offset, data, key, notify_offset, value)
+            else:
+                self._ctx.put_notify_quiet(rank, key, offset, data, key, notify_offset, value,
+                                           head)
+        except _native.Error as e:
+            n = _nbytes(data) + (0 if head is None else _nbytes(head))
+            raise_native(e, *self._where(rank, offset, n), what="put_notify")
 
     def _notified(self, call, rank, offset, data, notify_offset, value):
         """put_notify's checks and errors around the native call that does it."""

@@ -1,5 +1,6 @@
-"""put_notify_quiet over tcp: a put with its notify in one frame that nobody answers (what the
-channel sends small collective chunks with: one message each way, no round trip).
+"""put_notify_quiet over tcp: a put with its notify in one frame that nobody answers, or
+several back to back past 256 KiB (what the channel sends its chunks with: one message each way,
+no round trip), with the message's header gathered in front of its bytes.
 
 Checked against the target's memory and against a raw-socket target that never answers (the
 frame's bytes as tcp_proto.h describes them); its refusals (nothing written, counted at the
@@ -44,9 +45,52 @@ def test_quiet_frames_land_in_order_with_their_counter(pair):
     assert words[1] == len(sizes) and words[2] == 200
     assert srv.tcp_stats()["requests"] - before == len(sizes) + 200
     assert srv.tcp_stats()["bad_frames"] == 0
-    with pytest.raises(_native.Error) as e:          # one frame at most
-        cli.put_notify_quiet(1, key, 0, np.zeros(CHUNK + 1, np.uint8), key, 8, 1)
-    assert err(e) == _native.ERR_INVALID
+
+
+def _head_and_bytes(put, wait, mem, key):
+    """put(offset, data, notify_offset, value, head) lands head at offset and data right after
+    it, and moves the counter once, by value, with every byte in place: sizes that fit one tcp
+    frame and sizes that take several (a head or payload across a frame's end)."""
+    words = mem[:64].view(np.int64)
+    words[3] = 0
+    rng = np.random.default_rng(5)
+    cases = [(64, 0), (64, 100), (0, CHUNK + 1), (64, CHUNK - 64), (64, CHUNK - 63),
+             (64, 3 * CHUNK + 5), (CHUNK + 10, 7)]
+    for i, (h, n) in enumerate(cases, 1):
+        head = rng.integers(0, 256, h, dtype=np.uint8)
+        data = rng.integers(0, 256, n, dtype=np.uint8)
+        put(4096, data, 24, 2, head)
+        wait(mem, 24, 2 * i, -1, 10)
+        assert words[3] == 2 * i, (h, n)            # once per put, whatever its frames
+        assert np.array_equal(mem[4096:4096 + h], head), (h, n)
+        assert np.array_equal(mem[4096 + h:4096 + h + n], data), (h, n)
+
+
+def test_quiet_put_with_a_head_of_any_length(pair):
+    srv, mem, key, cli, *_ = pair
+    before = srv.tcp_stats()["requests"]
+    _head_and_bytes(lambda off, d, noff, v, h: cli.put_notify_quiet(1, key, off, d, key, noff,
+                                                                     v, h),
+                    srv.wait_local, mem, key)
+    frames = sum(-(-(h + n) // CHUNK) or 1 for h, n in
+                 [(64, 0), (64, 100), (0, CHUNK + 1), (64, CHUNK - 64), (64, CHUNK - 63),
+                  (64, 3 * CHUNK + 5), (CHUNK + 10, 7)])
+    assert srv.tcp_stats()["requests"] - before == frames     # one frame per 256 KiB
+    assert srv.tcp_stats()["bad_frames"] == 0
+
+
+def test_quiet_put_with_a_head_over_shared_memory():
+    """Where the transport has no unanswered frame (shared memory here): the bytes with put,
+    then the head with put_notify, so the counter still moves after every byte."""
+    from test_tcp import _registrations
+    ctx = _native.Context(0, 1, 1)
+    try:
+        seg, mem, key, *_ = _registrations(ctx)
+        _head_and_bytes(lambda off, d, noff, v, h: ctx.put_notify_quiet(0, key, off, d, key,
+                                                                         noff, v, h),
+                        ctx.wait_local, mem, key)
+    finally:
+        ctx.close()
 
 
 def test_quiet_refusals_change_nothing_and_are_counted(pair):

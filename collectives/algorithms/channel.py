@@ -26,18 +26,15 @@ owed, and before this rank sleeps in a wait (after a short spin, FLUSH_AFTER sec
 never sleeps while owing a slot, so no sender waits on credit that is not coming. Every
 operation needs every member, so a release still owed when an operation ends is carried by
 the next one (its first chunk's ack, or its first wait's flush).
-Over tcp a chunk of up to QUIET_MAX bytes (256 KiB with its header) goes in one frame that
-nobody answers (Window.put_notify_quiet): the send returns once the socket took it, and the
+Over tcp every chunk goes with its header in frames that nobody answers
+(Window.put_notify_quiet, the header and the payload gathered by the native call: no copy
+here), written by the calling thread: the send returns once the socket took them, and the
 receiver's wait for the counter is the only check, so a small collective costs one message
-each way and no round trip. What that gives up: a rank no longer learns that its last chunk
-landed, so a partition that lets one rank's chunks through and not its peer's leaves the first
-done with an operation the second gives up; collectives/calls.py brings the two back in step
-(the record of the given-up call is written until it lands). Larger chunks go with
-put_notify, which the calling thread writes and then waits for (its own thread reads the
-answer: no hand-off); with POOLTENSOR_CHANNEL_ASYNC_MIN set, chunks of that many bytes and more
-go with put_notify_async instead, one in flight per peer (waited for before the next to that
-peer, so that they land in order, and at the end of the operation), so that the next chunk is
-received and reduced while one is on the wire.
+each way and no round trip, and a large one keeps the wire busy while the receiver reduces
+(the socket holds what the peer has not read yet). What that gives up: a rank no longer learns
+that its last chunk landed, so a partition that lets one rank's chunks through and not its
+peer's leaves the first done with an operation the second gives up; collectives/calls.py
+brings the two back in step (the record of the given-up call is written until it lands).
 The counters only grow, so consecutive collectives continue one stream per pair; the header
 (op sequence number of the group, digest of the call, algorithm and group, payload length,
 ack) gives every operation in flight its own tag and catches calls that do
@@ -87,17 +84,8 @@ NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
 # every rank gets slots at every other rank (direct.py's all-to-all) in worlds up to this size
 DIRECT_RANKS = int(os.environ.get("POOLTENSOR_DIRECT_RANKS", 8))
 FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed are notified
-# chunks of at least this many bytes (0: none) go over tcp without waiting for the answer (the
-# next one to that rank, or the end of the operation, waits for it): the send is in flight
-# while this rank receives and reduces. Off by default: an answer read by the connection's
-# receiver thread, and a write by its sender thread, cost more hand-offs than the overlap
-# saves; measured with bench/tcp.py across two namespaces on 2 cores, 2 ranks, seven runs
-# alternating: 4 MiB allreduce 1.20-1.59x MPICH's time with synchronous chunks against
-# 1.19-2.06x asynchronous, 16 MiB 1.15-1.34x against 1.18-2.39x
-ASYNC_MIN = int(os.environ.get("POOLTENSOR_CHANNEL_ASYNC_MIN", 0))
-# chunks up to this many bytes go over tcp in one frame that is not answered (put_notify_quiet:
-# no round trip, no hand-off; with their header, the native limit of such a frame, 256 KiB);
-# larger ones as above
+# chunks up to this many bytes go over tcp in one frame with their header (the native limit
+# of a frame, 256 KiB); larger ones in several, back to back (put_notify_quiet)
 QUIET_MAX = 256 * 1024 - HDR
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
@@ -239,11 +227,14 @@ class Channel:
         raw = np.zeros(HDR + STAGE_MAX + 64, np.uint8)
         off = (-raw.ctypes.data) % 64
         self.stage = raw[off:off + HDR + STAGE_MAX]
-        # over tcp a whole chunk goes with its header in one put_notify (a copy here is cheaper
-        # than a round trip); over shared memory only small ones (there a put is a copy)
+        # over the network every chunk goes with its header in one put_notify_quiet: over tcp
+        # the native call gathers the two (gather), over verbs they are copied together (a
+        # copy here is cheaper than a second operation); over shared memory only small ones
+        # are staged (there a put is a copy)
         self.tcp = [t in ("tcp", "verbs") for t in world.transports]
+        self.gather = [t == "tcp" for t in world.transports]
         self.any_tcp = any(self.tcp)
-        if self.any_tcp:
+        if any(t and not g for t, g in zip(self.tcp, self.gather)):
             raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
             off = (-raw.ctypes.data) % 64
             self.stage = raw[off:off + HDR + self.slot_bytes]
@@ -251,8 +242,6 @@ class Channel:
         self.acked = [0] * n                # chunks of mine each rank said it consumed (ack)
         self.shown = [0] * n                # the ack last sent to each rank
         self.stage_mv = memoryview(self.stage)
-        self.stages = {}                    # rank -> staging buffer of its send in flight
-        self.inflight = {}                  # rank -> put_notify_async Request not yet waited
         self.hdr = np.zeros(HDR, np.uint8)
         world._calls.on_epoch.append(self._retire)
 
@@ -385,33 +374,6 @@ class Channel:
                 self.recvd[src] += 1
         self._flush()
 
-    def _stage(self, dst):
-        """dst's own staging buffer (header + one slot): its send may be in flight."""
-        st = self.stages.get(dst)
-        if st is None:
-            raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
-            off = (-raw.ctypes.data) % 64
-            st = self.stages[dst] = raw[off:off + HDR + self.slot_bytes]
-        return st
-
-    def _settle(self, dst=None, quiet=False):
-        """Wait for the sends in flight (to dst, or all); the first failure raises (quiet: an
-        operation failed already, only let them finish)."""
-        if dst is not None:
-            req = self.inflight.pop(dst, None)
-            if req is not None:
-                req.wait(self.world.timeout)
-            return
-        reqs, self.inflight = list(self.inflight.values()), {}
-        first = None
-        for r in reqs:
-            try:
-                r.wait(self.world.timeout)
-            except Exception as e:
-                first = first or e
-        if first is not None and not quiet:
-            raise first
-
     # -- failure -----------------------------------------------------------------------------
     def _abort(self, op, reason, pair):
         """Wake every member of op's group with this rank's abort record."""
@@ -497,7 +459,6 @@ class Op:
         ch = self.ch
         if e is None:
             try:
-                ch._settle()     # this operation's sends: a failure fails it on every member
                 # the releases still owed over shared memory (a store each); over tcp the next
                 # operation carries them (module docstring)
                 ch._flush(net=False)
@@ -508,7 +469,6 @@ class Op:
                 raise
             ch.dirty = False
         else:
-            ch._settle(quiet=True)
             ch.dirty = True
             ch._abort(self, *_reason(e, ch.me))
         ch.cur = None
@@ -523,26 +483,15 @@ class Op:
         off = ch._base(dst, ch.me) + (k % ch.nslots) * ch.stride
         n = data.nbytes
         gid, seq, algo, sig = self.key
-        if ch.tcp[dst] and n <= QUIET_MAX:
-            if ch.inflight and dst in ch.inflight:
-                ch._settle(dst)      # complete before the next starts: they land in order
+        if ch.gather[dst]:
+            _HEADER.pack_into(ch.hdr, 0, gid, seq, algo, sig, n, ch.recvd[dst])
+            ch.win.put_notify_quiet(dst, off, data, 8 * ch.me, 1, ch.hdr)
+        elif ch.tcp[dst]:
             st = ch.stage_mv
             _HEADER.pack_into(st, 0, gid, seq, algo, sig, n, ch.recvd[dst])
             if n:
                 st[HDR:HDR + n] = data
             ch.win.put_notify_quiet(dst, off, st[:HDR + n], 8 * ch.me, 1)
-        elif ch.tcp[dst]:
-            if dst in ch.inflight:
-                ch._settle(dst)      # complete before the next starts: they land in order
-            later = 0 < ASYNC_MIN <= n
-            stage = ch._stage(dst) if later else ch.stage
-            _HEADER.pack_into(stage, 0, gid, seq, algo, sig, n, ch.recvd[dst])
-            if n:
-                stage[HDR:HDR + n] = data
-            if later:
-                ch.inflight[dst] = ch.win.put_notify_async(dst, off, stage[:HDR + n], 8 * ch.me, 1)
-            else:
-                ch.win.put_notify(dst, off, stage[:HDR + n], 8 * ch.me, 1)
         elif n <= STAGE_MAX:
             st = ch.stage_mv
             _HEADER.pack_into(st, 0, gid, seq, algo, sig, n, ch.recvd[dst])

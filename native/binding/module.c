@@ -666,8 +666,8 @@ static PyMethodDef Context_methods[] = {
      "put_notify_async(rank, key, offset, data, notify_key, notify_offset, value) -> Request: "
      "put_notify without waiting; data stays unchanged until it completes."},
     {"put_notify_quiet", (PyCFunction)pt_py_put_notify_quiet, METH_VARARGS,
-     "put_notify_quiet(rank, key, offset, data, notify_key, notify_offset, value): put_notify "
-     "in one frame that is not answered (tcp; others: put_notify)."},
+     "put_notify_quiet(rank, key, offset, data, notify_key, notify_offset, value[, head]): "
+     "put_notify that is not answered (tcp; others: put_notify), head then data."},
     {"notify_async", (PyCFunction)Context_notify_async, METH_VARARGS,
      "notify_async(rank, key, offset, value) -> Request: notify without waiting."},
     {"wait_local", (PyCFunction)Context_wait_local, METH_VARARGS,

@@ -165,26 +165,30 @@ PyObject *pt_py_sha256(PyObject *m, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)out, 32);
 }
 
-/* put_notify_quiet(rank, key, offset, data, notify_key, notify_offset, value): returns once
- * the frame is written (pt_put_notify_quiet). The GIL is let go: a socket that a stopped peer
- * filled may hold the call up to the timeout, and the other threads (the heralds that tell
- * the peers of a failure) must run meanwhile. */
+/* put_notify_quiet(rank, key, offset, data, notify_key, notify_offset, value[, head]):
+ * returns once the frames are written (pt_put_notify_quiet_head: head, if given, lands at
+ * offset and data right after it, without the caller copying them together). The GIL is let
+ * go: a socket that a stopped peer filled may hold the call up to the timeout, and the other
+ * threads (the heralds that tell the peers of a failure) must run meanwhile. */
 PyObject *pt_py_put_notify_quiet(ContextObject *self, PyObject *args)
 {
     int rank;
     unsigned long long key, off, nkey, noff;
     long long v;
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "iO&O&y*O&O&L", &rank, pt_py_u64, &key, pt_py_u64, &off, &b,
-                          pt_py_u64, &nkey, pt_py_u64, &noff, &v))
+    Py_buffer b, h = {0};
+    if (!PyArg_ParseTuple(args, "iO&O&y*O&O&L|y*", &rank, pt_py_u64, &key, pt_py_u64, &off, &b,
+                          pt_py_u64, &nkey, pt_py_u64, &noff, &v, &h))
         return NULL;
     pt_status_t st = PT_ERR_CLOSED;
     pt_ctx_t *c = self->ctx;
     if (c) {
         Py_BEGIN_ALLOW_THREADS
-        st = pt_put_notify_quiet(c, rank, key, off, b.buf, (size_t)b.len, nkey, noff, v);
+        st = pt_put_notify_quiet_head(c, rank, key, off, h.buf, (size_t)h.len, b.buf,
+                                      (size_t)b.len, nkey, noff, v);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&b);
+    if (h.obj)
+        PyBuffer_Release(&h);
     return pt_py_none_or_raise(st, -1);
 }

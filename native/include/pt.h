@@ -250,13 +250,14 @@ pt_status_t pt_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, c
 pt_status_t pt_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                 const void *src, size_t len, uint64_t nkey, uint64_t noff,
                                 int64_t v, pt_req_t **out);
-/* pt_put_notify with no answer at all: over tcp one frame (header, value and the bytes, len
- * at most 256 KiB: PT_ERR_INVALID beyond), written by the calling thread; the call returns once
- * the socket took it. Nothing stays in flight and no reply comes back (no receiver-thread
- * hand-off, no round trip): the receiver's wait on the counter is the only check. A refusal at
- * the target changes nothing there and is counted (pt_tcp_stats_t.quiet_refused), nobody is
- * told. These frames to one rank land in the order they were written, after every request to
- * it that completed before. Errors are what the sending met: PT_ERR_TIMEOUT when the socket
+/* pt_put_notify with no answer at all: over tcp one frame (header, value and the bytes; more
+ * than 256 KiB go in several frames back to back, the notify with the last), written by the
+ * calling thread; the call returns once the socket took it. Nothing stays in flight and no
+ * reply comes back (no receiver-thread hand-off, no round trip): the receiver's wait on the
+ * counter is the only check. A refusal at the target changes nothing there and is counted
+ * (pt_tcp_stats_t.quiet_refused), nobody is told (each frame of a longer put is checked
+ * alone). These frames to one rank land in the order they were written, after every request
+ * to it that completed before. Errors are what the sending met: PT_ERR_TIMEOUT when the socket
  * did not take the frame within the context's timeout (a peer that stopped reading; the
  * connection is then closed: a part of the frame may have gone), PT_ERR_PEER_LOST when the
  * peer is gone, PT_ERR_INDOUBT when the connection dropped while writing (the frame may or may
@@ -264,6 +265,15 @@ pt_status_t pt_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t 
 pt_status_t pt_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                 const void *src, size_t len, uint64_t nkey, uint64_t noff,
                                 int64_t v);
+/* pt_put_notify_quiet of head's hlen bytes followed by src's len bytes (at off + hlen), of any
+ * length: the caller need not copy a message's header and its payload together. Over tcp the
+ * bytes go in frames of at most 256 KiB written back to back, the notify with the last (the
+ * earlier ones add nothing), so the counter still moves once, after every byte; errors as
+ * pt_put_notify_quiet's (a put cut short by an error may have landed in part). Other
+ * transports: pt_put of src, then pt_put_notify of head. */
+pt_status_t pt_put_notify_quiet_head(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                     const void *head, size_t hlen, const void *src,
+                                     size_t len, uint64_t nkey, uint64_t noff, int64_t v);
 /* pt_notify without waiting for the answer: *out completes with the target's status (over
  * shared memory it is done already). Errors found at once (unknown rank, lost peer, and over
  * shared memory any refusal) are returned here instead. Notifies to one rank are applied in

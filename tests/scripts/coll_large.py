@@ -1,4 +1,4 @@
-"""Large collectives (chunks past a quiet frame: answered puts over tcp), against numpy.
+"""Large collectives (chunks past one tcp frame: several unanswered frames), against numpy.
 
 Each rank builds every rank's input from its rank, so it can compute what every collective
 must give; integer-valued float32 keeps every sum exact whatever the order. allreduce,

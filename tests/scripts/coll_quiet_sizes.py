@@ -1,6 +1,6 @@
 """Direct collectives over tcp at the sizes around the largest chunk that goes in one
-unanswered frame (channel.QUIET_MAX: 256 KiB with its header) and past it (sent with an
-answer), each checked against numpy on every rank. Prints "quiet sizes ok"."""
+unanswered frame (channel.QUIET_MAX: 256 KiB with its header) and past it (several frames),
+each checked against numpy on every rank. Prints "quiet sizes ok"."""
 import numpy as np
 
 import collectives

@@ -107,10 +107,26 @@ pt_status_t pt_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t 
                                 const void *src, size_t len, uint64_t nkey, uint64_t noff,
                                 int64_t v)
 {
+    return pt_put_notify_quiet_head(ctx, rank, key, off, NULL, 0, src, len, nkey, noff, v);
+}
+
+pt_status_t pt_put_notify_quiet_head(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
+                                     const void *head, size_t hlen, const void *src,
+                                     size_t len, uint64_t nkey, uint64_t noff, int64_t v)
+{
     if (pt__peer_ops(ctx, rank)->put_notify_quiet)
+        COUNTED(PT_STAT_OP_PUT_NOTIFY, hlen + len,
+                put_notify_quiet(ctx, rank, key, off, head, hlen, src, len, nkey, noff, v));
+    if (hlen == 0)
         COUNTED(PT_STAT_OP_PUT_NOTIFY, len,
-                put_notify_quiet(ctx, rank, key, off, src, len, nkey, noff, v));
-    COUNTED(PT_STAT_OP_PUT_NOTIFY, len, put_notify(ctx, rank, key, off, src, len, nkey, noff, v));
+                put_notify(ctx, rank, key, off, src, len, nkey, noff, v));
+    /* the bytes first, then the head with the notify: it lands after both */
+    if (len) {
+        pt_status_t st = pt_put(ctx, rank, key, off + hlen, src, len);
+        if (st != PT_OK)
+            return st;
+    }
+    return pt_put_notify(ctx, rank, key, off, head, hlen, nkey, noff, v);
 }
 
 pt_status_t pt_put_notify_async(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,

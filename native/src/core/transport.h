@@ -66,11 +66,12 @@ typedef struct pt_transport_ops {
     pt_status_t (*put_notify_async)(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                     const void *src, size_t len, uint64_t nkey, uint64_t noff,
                                     int64_t v, pt_req_t **out);
-    /* put_notify with no answer (pt_put_notify_quiet); NULL where a transport has none
-     * (pt_put_notify_quiet then runs put_notify) */
+    /* put_notify with no answer, head's hlen bytes then src's len at off, any length
+     * (pt_put_notify_quiet_head); NULL where a transport has none (pt_put_notify_quiet_head
+     * then runs put and put_notify) */
     pt_status_t (*put_notify_quiet)(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                                    const void *src, size_t len, uint64_t nkey, uint64_t noff,
-                                    int64_t v);
+                                    const void *head, size_t hlen, const void *src, size_t len,
+                                    uint64_t nkey, uint64_t noff, int64_t v);
     /* n > 0, offs and src set, itemsize > 0 (checked by the caller) */
     pt_status_t (*put_indexed)(pt_ctx_t *ctx, int rank, uint64_t key, const uint64_t *offs,
                                size_t n, size_t itemsize, const void *src);

@@ -465,35 +465,68 @@ static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_
     return tcp_put_notify_async(ctx, rank, key, off, src, len, nkey, noff, v, NULL);
 }
 
-/* PUT_NOTIFY_QUIET (pt_put_notify_quiet): one frame written here, under the connection's send
- * lock like every frame (so it never splits another one), and nothing waited for. No request
- * takes a slot: no reply comes, so neither the receiver thread nor a waiter wakes for it. The
- * write has the context's timeout: a peer that stopped reading fills the socket, and a frame
- * cut short breaks the stream, so the connection then fails (the next call dials again). */
+/* Write the frames of one quiet put on c (its send lock held): head then src at off, in
+ * frames of at most PT_TCP_CHUNK bytes, the notify with the last one (the frames before it add
+ * 0: the target neither bumps nor wakes). 0: all written; 1: nothing went (c was dead
+ * already); -1 with errno: the stream broke after *sent bytes went. */
+static int quiet_frames(pt_tcp_conn_t *c, uint64_t key, uint64_t off, const uint8_t *head,
+                        size_t hlen, const uint8_t *src, size_t len, uint64_t nkey,
+                        uint64_t noff, int64_t v, double deadline, size_t *sent)
+{
+    size_t total = hlen + len, at = 0;
+    *sent = 0;
+    if (atomic_load(&c->dead))
+        return 1;
+    do {
+        size_t n = total - at < PT_TCP_CHUNK ? total - at : PT_TCP_CHUNK;
+        int last = at + n == total;
+        uint8_t hb[PT_TCP_HDR], vb[8];
+        pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_PUT_NOTIFY_QUIET, .key = key,
+                          .off = off + at, .len = 8 + n, .a = (int64_t)nkey, .b = (int64_t)noff};
+        pt__hdr_pack(&h, hb);
+        pt__le_put(vb, last ? (uint64_t)v : 0, 8);
+        struct iovec iov[4] = {{hb, PT_TCP_HDR}, {vb, 8}};
+        int k = 2;
+        if (at < hlen) {
+            size_t m = hlen - at < n ? hlen - at : n;
+            iov[k++] = (struct iovec){(void *)(uintptr_t)(head + at), m};
+            if (m < n)
+                iov[k++] = (struct iovec){(void *)(uintptr_t)src, n - m};
+        } else {
+            iov[k++] = (struct iovec){(void *)(uintptr_t)(src + (at - hlen)), n};
+        }
+        if (pt__tcp_sendv(c->fd, iov, k, deadline, &c->abort) < 0)
+            return -1;
+        at += n;
+        *sent = at;
+    } while (at < total);
+    return 0;
+}
+
+/* PUT_NOTIFY_QUIET (pt_put_notify_quiet_head): written here, under the connection's send lock
+ * like every frame (so it never splits another one), and nothing waited for: one frame, or
+ * several in a row where head and bytes pass PT_TCP_CHUNK. No request takes a slot: no reply
+ * comes, so neither the receiver thread nor a waiter wakes for it. The write has the
+ * context's timeout: a peer that stopped reading fills the socket, and a frame cut short
+ * breaks the stream, so the connection then fails (the next call dials again). */
 static pt_status_t tcp_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
-                                        const void *src, size_t len, uint64_t nkey,
-                                        uint64_t noff, int64_t v)
+                                        const void *head, size_t hlen, const void *src,
+                                        size_t len, uint64_t nkey, uint64_t noff, int64_t v)
 {
     pt_status_t st = check_peer(ctx, rank);
     if (st != PT_OK)
         return st;
-    if ((len && !src) || len > PT_TCP_CHUNK)
+    if ((len && !src) || (hlen && !head))
         return PT_ERR_INVALID;
-    uint8_t hb[PT_TCP_HDR], vb[8];
-    pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_PUT_NOTIFY_QUIET, .key = key,
-                      .off = off, .len = 8 + len, .a = (int64_t)nkey, .b = (int64_t)noff};
-    pt__hdr_pack(&h, hb);
-    pt__le_put(vb, (uint64_t)v, 8);
     double deadline = pt__now() + ctx->timeout, backoff = 0.01;
     for (;;) {
         pt_tcp_conn_t *c;
         st = dial_until(ctx, rank, deadline, &backoff, &c);
         if (st != PT_OK)
             return st;
-        struct iovec iov[3] = {{hb, PT_TCP_HDR}, {vb, 8}, {(void *)(uintptr_t)src, len}};
+        size_t sent;
         pthread_mutex_lock(&c->send_lock);
-        int rc = atomic_load(&c->dead) ? 1
-                 : pt__tcp_sendv(c->fd, iov, len ? 3 : 2, deadline, &c->abort);
+        int rc = quiet_frames(c, key, off, head, hlen, src, len, nkey, noff, v, deadline, &sent);
         int err = errno;
         pthread_mutex_unlock(&c->send_lock);
         if (rc == 0)
@@ -504,7 +537,7 @@ static pt_status_t tcp_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, u
                 return PT_ERR_TIMEOUT;
             continue;
         }
-        /* part of the frame may be on the wire: this connection is over */
+        /* part of the put may be on the wire: this connection is over */
         pt__tcp_conn_fail(c, err == ETIMEDOUT ? PT_ERR_TIMEOUT : PT_ERR_PEER_LOST);
         if (err == ETIMEDOUT)
             return PT_ERR_TIMEOUT;

@@ -198,8 +198,10 @@ static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
     if (st == PT_OK)
         st = counter(ctx, (uint64_t)h->a, (uint64_t)h->b, &ctr);
     int rc = st == PT_OK ? recv_payload(s, p, (size_t)n) : discard(s, n);
-    if (rc == 0 && st == PT_OK)
-        old = bump(ctr, (int64_t)pt__le_get(vb, 8));
+    int64_t v = (int64_t)pt__le_get(vb, 8);
+    /* a frame of a longer quiet put before its last adds nothing: no wake-up either */
+    if (rc == 0 && st == PT_OK && (v || h->op != PT_TCP_OP_PUT_NOTIFY_QUIET))
+        old = bump(ctr, v);
     pthread_rwlock_unlock(&ctx->serve_lock);
     if (rc < 0)
         return -1;
