@@ -49,7 +49,7 @@ test: $(STAMP)
 # native layer), and the collectives and secret-file runs over tcp, to keep CI within budget.
 POSIX_PKG   := build/posix/pkg
 POSIX_TESTS := test_native_posix.py test_windows.py test_collectives.py test_pool.py test_tcp.py \
-               test_tcp_stalls.py \
+               test_tcp_stalls.py test_channel_native.py \
                test_stats.py
 POSIX_SKIP  := not launch-1 and not launch-3 and not launch-4 and not mpiexec-1 and \
                not mpiexec-4 and not jax and not mismatch and not dtype_aliases and \

@@ -65,10 +65,13 @@ that both raise CollectiveMismatch at once.
 import os
 import struct
 import zlib
+from array import array
 
 import numpy as np
 
+from .. import _native
 from ..errors import CollectiveMismatch, PeerLost, PooltensorError, Timeout
+from ..window import raise_native
 
 HDR = 64                      # header bytes in front of each slot's payload
 POISON = 1 << 40              # added to a counter to wake whoever waits on it
@@ -87,6 +90,13 @@ FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed ar
 # chunks up to this many bytes go over tcp in one frame with their header (the native limit
 # of a frame, 256 KiB); larger ones in several, back to back (put_notify_quiet)
 QUIET_MAX = 256 * 1024 - HDR
+# a direct allreduce over tcp in one chunk runs in native code (_native.Channel: the same
+# protocol, no Python per peer); 0: always here, in Python (read at each call: tests compare
+# the two)
+NATIVE = os.environ.get("POOLTENSOR_CHANNEL_NATIVE", "1") != "0"
+# how long the native call waits for its peers' chunks before handing the receives back to
+# Python (whose wait notifies the releases owed before it sleeps: FLUSH_AFTER)
+NATIVE_WAIT = FLUSH_AFTER
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
 TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"
@@ -222,8 +232,9 @@ class Channel:
         self.seq = [0] * len(self.groups)   # op sequence number of each group, last started
         self.cur = None                     # (gid, seq) of the operation in progress
         self.dirty = False                  # an operation failed here: slots may hold leftovers
-        self.sent = [0] * n
-        self.recvd = [0] * n
+        # per-rank state in int64 arrays: native code (fast()) reads and moves them too
+        self.sent = array("q", bytes(8 * n))
+        self.recvd = array("q", bytes(8 * n))
         raw = np.zeros(HDR + STAGE_MAX + 64, np.uint8)
         off = (-raw.ctypes.data) % 64
         self.stage = raw[off:off + HDR + STAGE_MAX]
@@ -238,9 +249,10 @@ class Channel:
             raw = np.zeros(HDR + self.slot_bytes + 64, np.uint8)
             off = (-raw.ctypes.data) % 64
             self.stage = raw[off:off + HDR + self.slot_bytes]
-        self.notified = [0] * n             # releases notified to each sender (<= recvd)
-        self.acked = [0] * n                # chunks of mine each rank said it consumed (ack)
-        self.shown = [0] * n                # the ack last sent to each rank
+        self.notified = array("q", bytes(8 * n))   # releases notified to each sender (<= recvd)
+        self.acked = array("q", bytes(8 * n))      # chunks of mine each rank consumed (its ack)
+        self.shown = array("q", bytes(8 * n))      # the ack last sent to each rank
+        self._fast = None                   # the native Channel, False where none applies
         self.stage_mv = memoryview(self.stage)
         self.hdr = np.zeros(HDR, np.uint8)
         world._calls.on_epoch.append(self._retire)
@@ -267,6 +279,30 @@ class Channel:
         self.win._closed = True
         if self.win._owned is not None:
             w._release_segment(self.win._owned)
+
+    def fast(self):
+        """The native one-exchange allreduce over this channel (_native.Channel), or None
+        where it does not apply: every other rank reached over tcp and given slots here (the
+        worlds direct.py runs in)."""
+        f = self._fast
+        if f is None:
+            n, me = self.n, self.me
+            f = False
+            if 1 < n <= DIRECT_RANKS and all(self.gather[r] for r in range(n) if r != me):
+                out = [0 if r == me else self._base(r, me) for r in range(n)]
+                into = [0 if r == me else self._base(me, r) for r in range(n)]
+                f = _native.Channel(self.win._ctx, me, n, self.buf, self.win._keys, out, into,
+                                    self.nslots, self.stride,
+                                    [self.sent, self.recvd, self.acked, self.notified,
+                                     self.shown])
+            self._fast = f
+        return f or None
+
+    def native_error(self, e, nbytes):
+        """Raise the collectives error for a _native.Error of fast(): a send or a release
+        to the rank it names."""
+        peer = e.args[3] if len(e.args) > 3 else -1
+        raise_native(e, *self.win._where(peer, 0, nbytes), what="put_notify")
 
     # -- layout ------------------------------------------------------------------------------
     def _senders_of(self, r):
@@ -483,7 +519,7 @@ class Op:
         off = ch._base(dst, ch.me) + (k % ch.nslots) * ch.stride
         n = data.nbytes
         gid, seq, algo, sig = self.key
-        if ch.gather[dst]:
+        if ch.gather[dst] and n > STAGE_MAX:
             _HEADER.pack_into(ch.hdr, 0, gid, seq, algo, sig, n, ch.recvd[dst])
             ch.win.put_notify_quiet(dst, off, data, 8 * ch.me, 1, ch.hdr)
         elif ch.tcp[dst]:

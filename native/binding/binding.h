@@ -71,6 +71,9 @@ PyObject *pt_py_hmac_sha256(PyObject *m, PyObject *args);
 PyObject *pt_py_sha256(PyObject *m, PyObject *args);
 int pt_py_add_team(PyObject *module);
 
+/* channel_py.c: the window channel's one-exchange allreduce */
+extern PyTypeObject pt_py_ChannelType;
+
 /* stats_py.c: the native counters */
 PyObject *pt_py_stats(ContextObject *self, PyObject *unused);
 PyObject *pt_py_stats_record(ContextObject *self, PyObject *args);

@@ -790,8 +790,8 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     if (PyType_Ready(&pt_py_SegmentType) < 0 || PyType_Ready(&RequestType) < 0 ||
-        PyType_Ready(&ContextType) < 0 ||
-        PyType_Ready(&AttachmentType) < 0)
+        PyType_Ready(&ContextType) < 0 || PyType_Ready(&AttachmentType) < 0 ||
+        PyType_Ready(&pt_py_ChannelType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
@@ -803,6 +803,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Segment", (PyObject *)&pt_py_SegmentType) < 0 ||
         PyModule_AddObjectRef(m, "Request", (PyObject *)&RequestType) < 0 ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) < 0 ||
+        PyModule_AddObjectRef(m, "Channel", (PyObject *)&pt_py_ChannelType) < 0 ||
         PyModule_AddStringConstant(m, "PLATFORM", pt_platform()) < 0 ||
         pt_py_add_team(m) < 0 || pt_py_add_stats(m) < 0 ||
         pt_py_add_kernels(m) < 0) {

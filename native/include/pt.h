@@ -274,6 +274,35 @@ pt_status_t pt_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t 
 pt_status_t pt_put_notify_quiet_head(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,
                                      const void *head, size_t hlen, const void *src,
                                      size_t len, uint64_t nkey, uint64_t noff, int64_t v);
+/* ---- the window channel's one-exchange allreduce (collectives/algorithms/direct.py) ----
+ * A channel is one window per rank: n int64 arrival counters (one per sender), n credit
+ * counters, abort records, then each sender's nslots slots of a PT_CHAN_HDR-byte header and
+ * stride - PT_CHAN_HDR payload bytes. keys[r]: rank r's window key; base_out[r]: the offset of
+ * this rank's slots in rank r's window; base_in[r]: rank r's slots in this one. state: five
+ * arrays of n int64 the caller shares (chunks sent to, received from, acknowledged by, release
+ * notified to, release shown to each rank) and keeps alive, as it does win. */
+#define PT_CHAN_HDR 64
+#define PT_CHAN_DONE 0   /* done: dst holds the reduction */
+#define PT_CHAN_SENT 1   /* sent to every peer; receiving, reducing and releasing are the
+                            caller's (a peer slower than wait, a failure's poison, a header that
+                            is not this operation's) */
+#define PT_CHAN_UNSENT 2 /* nothing done: a peer's next slot is not free yet */
+typedef struct pt_chan pt_chan_t;
+pt_status_t pt_chan_create(pt_ctx_t *ctx, int me, int n, void *win, size_t win_len,
+                           const uint64_t *keys, const uint64_t *base_out,
+                           const uint64_t *base_in, int nslots, uint64_t stride,
+                           int64_t *const state[5], pt_chan_t **out);
+void pt_chan_destroy(pt_chan_t *ch);
+/* One allreduce of nbytes from src into dst among all n ranks in one exchange: each peer's
+ * next slot gets this rank's header (tag: group, op sequence, algorithm, digest) and src in
+ * unanswered frames, then every peer's chunk is awaited (up to wait seconds in all), checked
+ * against tag and nbytes, reduced with src in rank order, and released. Returns a PT_CHAN_*
+ * code, or -status when a send or a release's notify to rank *peer failed, or -PT_ERR_INVALID
+ * for bad arguments. */
+int pt_chan_allreduce(pt_chan_t *ch, const uint64_t tag[4], pt_op_t op, pt_dtype_t dt,
+                      const void *src, void *dst, size_t nbytes, double wait, int *peer);
+/* How many pt_chan_allreduce calls ended PT_CHAN_DONE, PT_CHAN_SENT and PT_CHAN_UNSENT. */
+void pt_chan_counts(const pt_chan_t *ch, uint64_t out[3]);
 /* pt_notify without waiting for the answer: *out completes with the target's status (over
  * shared memory it is done already). Errors found at once (unknown rank, lost peer, and over
  * shared memory any refusal) are returned here instead. Notifies to one rank are applied in
