@@ -37,9 +37,13 @@ def block_bounds(count, p, itemsize):
 # most a slot): the next chunk's send is in flight while one is reduced, and a large message
 # pays few per-chunk costs (each a message and a wake-up on both sides). Measured with 2 ranks
 # across namespaces on 2 loaded cores, chunk sizes interleaved in one job: 1 MiB fastest in
-# 128-256 KiB chunks, 4 and 16 MiB in 512 KiB-1 MiB ones; 64 KiB chunks cost 1.6-4x
+# 128-256 KiB chunks, 4 and 16 MiB in 512 KiB-1 MiB ones; 64 KiB chunks cost 1.6-4x. With
+# every chunk an unanswered frame (no round trip), 512 KiB too: 0.19-0.22 ms in 128 KiB chunks
+# against 0.30-0.42 in 64 KiB ones (bench/tcp.py, three runs alternating). Sending each chunk
+# one ahead of the receive was slower (2 MiB 1.1-1.2x MPICH's time against 0.6-0.85x), so a
+# chunk goes once the one before it was received and used.
 NET_PIECES = int(os.environ.get("POOLTENSOR_RING_PIECES", 4))
-NET_CHUNK_MIN = 64 * 1024
+NET_CHUNK_MIN = 128 * 1024
 
 
 def step_bytes(ch, itemsize, block=0):
