@@ -287,3 +287,20 @@ def test_a_waiting_rank_reads_its_peers_frames_itself():
             assert sum(helped) > 0, said
         else:
             assert sum(helped) == 0, said
+
+
+def test_a_peers_get_is_served_soon_after_the_waiting_rank_read_its_frames():
+    """A rank that read its peer's frames itself leaves the socket to its next wait for a
+    moment (PT_TCP_LINGER) rather than hand it back to the connection's thread: that thread
+    would be woken by the next frame for nothing. When no wait comes (the rank sleeps), the
+    sleeper's alarm gives the socket back: the peer's get right after a run of collectives
+    is served within milliseconds, not after the thread's long sleep (0.5 s)."""
+    from conftest import check_ranks
+    p = check_ranks("launch", 2, "tcp_linger.py", "5",
+                    env={"POOLTENSOR_TRANSPORT": "tcp", "POOLTENSOR_TIMEOUT": "20"}, timeout=120)
+    said = [ln.split("linger ok ")[1].split() for ln in p.stdout.splitlines() if "linger ok" in ln]
+    assert len(said) == 2, p.stdout
+    longest = max(float(ms) for ms, _ in said)
+    assert longest < 100, said
+    if getattr(_native, "PLATFORM", "linux") == "linux":
+        assert sum(int(h) for _, h in said) > 0, said       # the waiting ranks read frames

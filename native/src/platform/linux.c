@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -312,6 +313,40 @@ void pt_plat_sleeper_close(int sp)
 {
     if (sp >= 0)
         close(sp);
+}
+
+int pt_plat_sleeper_timer(int sp)
+{
+    if (sp < 0)
+        return -1;
+    int t = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    /* edge-triggered: each ring wakes the sleeper once, read or not */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
+    if (t >= 0 && epoll_ctl(sp, EPOLL_CTL_ADD, t, &ev) < 0) {
+        close(t);
+        return -1;
+    }
+    return t;
+}
+
+void pt_plat_sleeper_alarm(int t, double seconds)
+{
+    if (t < 0)
+        return;
+    struct itimerspec its = {0};
+    if (seconds > 0) {
+        its.it_value.tv_sec = (time_t)seconds;
+        its.it_value.tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9);
+        if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
+            its.it_value.tv_nsec = 1;
+    }
+    (void)timerfd_settime(t, 0, &its, NULL);
+}
+
+int pt_plat_sleeper_rang(int t)
+{
+    uint64_t n;
+    return t >= 0 && read(t, &n, sizeof(n)) == (ssize_t)sizeof(n);
 }
 
 /* ---- wake-up descriptors ---- */

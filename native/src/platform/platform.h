@@ -91,6 +91,14 @@ void pt_plat_sleeper_arm(int sp, int fd, int on);
 /* Sleep until what the interest watches comes, or timeout_ms. */
 void pt_plat_sleeper_wait(int sp, int timeout_ms);
 void pt_plat_sleeper_close(int sp);        /* nothing for -1 */
+/* An alarm in sleeper sp (-1 where the sleeper has none, or sp is -1): a descriptor that
+ * pt_plat_sleeper_alarm sets to wake the sleeper later, for a reader that switched the
+ * interest off and means to come back soon but may not. Closed with pt_plat_sleeper_close. */
+int pt_plat_sleeper_timer(int sp);
+/* Wake the sleeper of timer t in `seconds` (again: from now on; 0: not at all). */
+void pt_plat_sleeper_alarm(int t, double seconds);
+/* Whether timer t rang since the last call (and forget that it did). */
+int pt_plat_sleeper_rang(int t);
 
 /* ---- peer death ---- */
 

@@ -283,6 +283,24 @@ void pt_plat_sleeper_wait(int sp, int timeout_ms)
     (void)timeout_ms;
 }
 
+int pt_plat_sleeper_timer(int sp)
+{
+    (void)sp;
+    return -1;
+}
+
+void pt_plat_sleeper_alarm(int t, double seconds)
+{
+    (void)t;
+    (void)seconds;
+}
+
+int pt_plat_sleeper_rang(int t)
+{
+    (void)t;
+    return 0;
+}
+
 void pt_plat_sleeper_close(int sp) { (void)sp; }
 
 /* ---- wake-up descriptors: a pipe ---- */

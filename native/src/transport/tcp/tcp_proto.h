@@ -135,6 +135,9 @@ enum {
  * one) delays a legitimate client by a handshake at most instead of locking it out. Large
  * enough for a whole job's ranks dialing one server at the same moment. */
 #define PT_TCP_MAX_PENDING 128
+/* Seconds a helper whose frame came leaves a connection's socket to the next wait of its rank
+ * before the connection's thread takes it back (tcp_server.c). */
+#define PT_TCP_LINGER 0.002
 /* The whole handshake (HELLO, AUTH, AUTH_OK) must be over within this many seconds. */
 #define PT_TCP_HANDSHAKE_TIMEOUT 2.0
 /* Once a frame has started, the rest of it must arrive within this many

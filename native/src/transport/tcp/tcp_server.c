@@ -12,7 +12,11 @@
  * (that thread's, then the waiter's), one read by the waiter costs one, as in MPI libraries
  * where the rank reads its own sockets. Whoever holds a connection's reader token (rd) reads
  * its socket; its thread sleeps without the token on the platform's sleeper, whose interest
- * the helper switches off while it reads (that wakes nobody) and on again after. */
+ * the helper switches off while it reads (that wakes nobody) and on again after. A helper
+ * whose frame came leaves the interest off and sets the sleeper's alarm instead (PT_TCP_LINGER):
+ * a collective's next frame from that peer comes while its rank is between calls, and would
+ * wake the thread for nothing but to be read by it; the rank's next wait reads it. Should the
+ * rank not come back, the alarm wakes the thread, which takes the socket back. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -31,6 +35,8 @@ typedef struct pt_tcp_sconn {
     int fd;                     /* (srv->lock) -1 once its thread closed it */
     pthread_mutex_t rd;         /* the reader token: whoever holds it reads the socket */
     int ep;                     /* the sleeper its thread sleeps on (-1: it reads alone) */
+    int alarm;                  /* the sleeper's alarm (-1: none) */
+    _Atomic int linger;         /* a helper left the interest off and set the alarm */
     _Atomic int rank;           /* (srv->lock) the world rank served once others may read in
                                  * its thread's place, else -1 */
     struct serve *s;            /* the thread's serving state, for a helper holding rd */
@@ -387,6 +393,7 @@ static int helpable(pt_tcp_sconn_t *c, serve_t *s)
     c->ep = pt_plat_sleeper_open(c->fd);
     if (c->ep < 0)
         return 0;
+    c->alarm = pt_plat_sleeper_timer(c->ep);
     c->s = s;
     pthread_mutex_lock(&c->rd);
     pthread_mutex_lock(&c->srv->lock);
@@ -399,10 +406,14 @@ static int helpable(pt_tcp_sconn_t *c, serve_t *s)
  * held again on return. */
 static void sleep_unlocked(pt_tcp_sconn_t *c)
 {
-    pt_plat_sleeper_arm(c->ep, c->fd, 1);
+    if (!atomic_load(&c->linger))
+        pt_plat_sleeper_arm(c->ep, c->fd, 1);
     pthread_mutex_unlock(&c->rd);
     pt_plat_sleeper_wait(c->ep, 500);
     pthread_mutex_lock(&c->rd);
+    /* woken while a helper lingered (its alarm, most likely): the socket is ours again */
+    if (atomic_exchange(&c->linger, 0))
+        (void)pt_plat_sleeper_rang(c->alarm);
 }
 
 /* Serve the complete PUT_NOTIFY_QUIET frames waiting on c (the helper holds rd): how many,
@@ -498,7 +509,14 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
         (void)poll(pf, (nfds_t)k, (int)((slice - el) * 1e3) + 1);
     }
     for (int i = 0; i < k; i++) {
-        pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 1);
+        if (rc == 1 && mine[i]->alarm >= 0) {
+            /* the frame came: the next one will be waited for soon (see the top) */
+            atomic_store(&mine[i]->linger, 1);
+            pt_plat_sleeper_alarm(mine[i]->alarm, PT_TCP_LINGER);
+        } else {
+            atomic_store(&mine[i]->linger, 0);
+            pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 1);
+        }
         pthread_mutex_unlock(&mine[i]->rd);
     }
     return rc;
@@ -606,8 +624,9 @@ out:
     c->fd = -1;
     atomic_store(&c->rank, -1);
     if (c->ep >= 0) {
+        pt_plat_sleeper_close(c->alarm);
         pt_plat_sleeper_close(c->ep);
-        c->ep = -1;
+        c->ep = c->alarm = -1;
         pthread_mutex_unlock(&c->rd);
     }
     if (c->authed)
@@ -700,7 +719,8 @@ static void *listen_main(void *arg)
             evict_oldest_locked(srv);
         c->srv = srv;
         c->fd = fd;
-        c->ep = -1;
+        c->ep = c->alarm = -1;
+        atomic_store(&c->linger, 0);
         atomic_store(&c->rank, -1);
         pthread_mutex_init(&c->rd, NULL);
         c->seq = srv->seq++;
