@@ -24,11 +24,12 @@ AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
 
 # The most bytes one rank sends in a direct call that select() picks (its input times p - 1):
 # the ring moves about twice the input whatever p, in 2 (p - 1) steps, so the direct way wins
-# while the data is small against the round trips it saves (256 KiB measured across two
-# network namespaces: bench/tcp.py, bench/README.md). A partition inside a direct call can let
+# while the data is small against the round trips it saves (measured across two network
+# namespaces with bench/tcp.py, 2 ranks, three runs alternating: at 384-512 KiB 0.15-0.25 ms
+# direct against 0.22-0.27 ms ring, at 768 KiB 0.45-0.58 against 0.33-0.38; bench/README.md). A partition inside a direct call can let
 # one rank complete it while its peer gives it up; collectives/calls.py brings the two back in
 # step (tests/test_recovery.py, tests/test_partition.py).
-DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 256 * 1024))
+DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 512 * 1024))
 
 
 def _others(g):
