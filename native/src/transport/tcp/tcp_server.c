@@ -8,15 +8,7 @@
  * beyond PT_TCP_MAX_PAYLOAD. See tcp_proto.h for the frames.
  *
  * A rank waiting for a world peer's unanswered frames (a collective's messages) reads them
- * itself (pt__tcp_help, where the platform has a sleeper: Linux): a frame served by the connection's thread costs two wake-ups
- * (that thread's, then the waiter's), one read by the waiter costs one, as in MPI libraries
- * where the rank reads its own sockets. Whoever holds a connection's reader token (rd) reads
- * its socket; its thread sleeps without the token on the platform's sleeper, whose interest
- * the helper switches off while it reads (that wakes nobody) and on again after. A helper
- * whose frame came leaves the interest off and sets the sleeper's alarm instead (PT_TCP_LINGER):
- * a collective's next frame from that peer comes while its rank is between calls, and would
- * wake the thread for nothing but to be read by it; the rank's next wait reads it. Should the
- * rank not come back, the alarm wakes the thread, which takes the socket back. */
+ * itself where the platform has a sleeper (Linux): tcp_help.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -26,57 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "transport/tcp/tcp_proto.h"
-
-struct serve;
-
-typedef struct pt_tcp_sconn {
-    struct pt_tcp_server *srv;
-    int fd;                     /* (srv->lock) -1 once its thread closed it */
-    pthread_mutex_t rd;         /* the reader token: whoever holds it reads the socket */
-    int ep;                     /* the sleeper its thread sleeps on (-1: it reads alone) */
-    int alarm;                  /* the sleeper's alarm (-1: none) */
-    _Atomic int linger;         /* a helper left the interest off and set the alarm */
-    _Atomic int rank;           /* (srv->lock) the world rank served once others may read in
-                                 * its thread's place, else -1 */
-    struct serve *s;            /* the thread's serving state, for a helper holding rd */
-    pthread_t thread;
-    _Atomic int done;
-    uint64_t seq;               /* accept order: the oldest handshake is closed first */
-    int authed;                 /* (srv->lock) past the handshake, counted in srv->authed */
-    _Atomic int evicted;        /* closed by the listener while still in the handshake */
-    struct pt_tcp_sconn *next;
-} pt_tcp_sconn_t;
-
-typedef struct pt_tcp_server {
-    pt_ctx_t *ctx;
-    int lfd;
-    pt_plat_wakefd_t wake;      /* brings the listener out of poll() to stop */
-    pthread_t thread;
-    pthread_mutex_t lock;       /* the connection list, pending, authed, seq */
-    pt_tcp_sconn_t *conns;
-    int pending, authed;        /* connections in the handshake (not evicted), and past it */
-    uint64_t seq;
-    _Atomic int stopping;
-    _Atomic uint64_t accepted, active, auth_failures, bad_frames, requests, bytes_in, bytes_out;
-    _Atomic uint64_t refused, quiet_refused, helped;
-    int help;                   /* waiting ranks may read (POOLTENSOR_TCP_HELP, default on) */
-    uint64_t incarnation;       /* random, told in every HELLO: a restarted server differs */
-} pt_tcp_server_t;
-
-/* One served connection's state while its thread runs. */
-typedef struct serve {
-    pt_tcp_server_t *srv;
-    pt_tcp_sconn_t *conn;
-    pt_ctx_t *ctx;
-    int fd;
-    int rank;                   /* the client's claimed (and authenticated) rank, or -1 */
-    int from;                   /* that rank when it is one of the world's others, else -1
-                                 * (rank is set only for peers this process dials too) */
-    uint8_t *scratch;           /* put_indexed payloads, grown up to PT_TCP_MAX_PAYLOAD */
-    size_t scratch_len;
-    double hs_deadline;         /* > 0 during the handshake: when it must be over */
-} serve_t;
+#include "transport/tcp/tcp_server.h"
 
 static double io_deadline(const serve_t *s)
 {
@@ -190,7 +132,7 @@ static int64_t bump(uint8_t *p, int64_t v)
 /* A put whose bytes are all in memory before the counter (a, b) moves (tcp_proto.h). Both
  * targets are checked before anything is written: a refusal changes nothing. PUT_NOTIFY_QUIET
  * is not answered: a refusal is only counted. */
-static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
+int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
 {
     pt_ctx_t *ctx = s->ctx;
     uint8_t vb[8], *p = NULL, *ctr = NULL;
@@ -355,7 +297,7 @@ bad:
     return -1;
 }
 
-static int valid_request(const pt_tcp_hdr_t *h)
+int pt__tcp_valid_request(const pt_tcp_hdr_t *h)
 {
     if (h->magic != PT_TCP_MAGIC || h->flags || h->status || h->rsvd)
         return 0;
@@ -376,152 +318,6 @@ static int valid_request(const pt_tcp_hdr_t *h)
     return 0;
 }
 
-/* ---- a waiting rank reads in the thread's place (see the top of this file) ---- */
-
-static int readable(int fd)
-{
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    return poll(&pf, 1, 0) > 0;
-}
-
-/* A connection from a world rank, past the handshake: let waiters read it. 1: c->ep is open
- * and this thread holds rd (published: others may take it while the thread sleeps). */
-static int helpable(pt_tcp_sconn_t *c, serve_t *s)
-{
-    if (!c->srv->help || s->from < 0)
-        return 0;
-    c->ep = pt_plat_sleeper_open(c->fd);
-    if (c->ep < 0)
-        return 0;
-    c->alarm = pt_plat_sleeper_timer(c->ep);
-    c->s = s;
-    pthread_mutex_lock(&c->rd);
-    pthread_mutex_lock(&c->srv->lock);
-    atomic_store(&c->rank, s->from);
-    pthread_mutex_unlock(&c->srv->lock);
-    return 1;
-}
-
-/* Sleep until input comes (or 0.5 s, to look at stopping) with the token given up; rd is
- * held again on return. */
-static void sleep_unlocked(pt_tcp_sconn_t *c)
-{
-    if (!atomic_load(&c->linger))
-        pt_plat_sleeper_arm(c->ep, c->fd, 1);
-    pthread_mutex_unlock(&c->rd);
-    pt_plat_sleeper_wait(c->ep, 500);
-    pthread_mutex_lock(&c->rd);
-    /* woken while a helper lingered (its alarm, most likely): the socket is ours again */
-    if (atomic_exchange(&c->linger, 0))
-        (void)pt_plat_sleeper_rang(c->alarm);
-}
-
-/* Serve the complete PUT_NOTIFY_QUIET frames waiting on c (the helper holds rd): how many,
- * or -1 when the next input is not one (another request, the end, an error): the thread
- * reads that once the helper gives the token back. A frame cut short breaks the stream: the
- * connection is shut down and its thread ends it. */
-static int help_one(pt_tcp_sconn_t *c)
-{
-    pt_tcp_server_t *srv = c->srv;
-    int n = 0;
-    for (;;) {
-        uint8_t hb[PT_TCP_HDR];
-        ssize_t got = recv(c->fd, hb, sizeof(hb), MSG_PEEK | MSG_DONTWAIT);
-        if (got < (ssize_t)sizeof(hb)) {
-            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                return -1;
-            return n; /* nothing yet, or a header still arriving */
-        }
-        pt_tcp_hdr_t h;
-        pt__hdr_unpack(hb, &h);
-        if (h.op != PT_TCP_OP_PUT_NOTIFY_QUIET || !valid_request(&h))
-            return n ? n : -1;
-        if (recv(c->fd, hb, sizeof(hb), MSG_DONTWAIT) != (ssize_t)sizeof(hb))
-            return -1;
-        atomic_fetch_add(&srv->bytes_in, sizeof(hb));
-        atomic_fetch_add(&srv->requests, 1);
-        if (serve_put_notify(c->s, &h) < 0) {
-            atomic_fetch_add(&srv->bad_frames, 1);
-            shutdown(c->fd, SHUT_RDWR);
-            return -1;
-        }
-        atomic_fetch_add(&srv->helped, 1);
-        n++;
-    }
-}
-
-#define HELP_CONNS 8
-
-int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, double spin,
-                 double slice)
-{
-    pt_tcp_server_t *srv = ctx ? ctx->server : NULL;
-    if (!srv || !srv->help || rank < 0 || atomic_load(&srv->stopping))
-        return -1;
-    _Atomic int64_t *ctr = (_Atomic int64_t *)(uintptr_t)counter;
-    /* every connection from rank, or none: one left to its thread could carry the frame
-     * while the helper sleeps on the others */
-    pt_tcp_sconn_t *mine[HELP_CONNS];
-    int k = 0, all = 1;
-    pthread_mutex_lock(&srv->lock);
-    for (pt_tcp_sconn_t *x = srv->conns; x && all; x = x->next) {
-        if (x->fd < 0 || atomic_load(&x->rank) != rank)
-            continue;
-        if (k < HELP_CONNS && pthread_mutex_trylock(&x->rd) == 0)
-            mine[k++] = x;
-        else
-            all = 0;
-    }
-    pthread_mutex_unlock(&srv->lock);
-    if (!all || k == 0) {
-        while (k)
-            pthread_mutex_unlock(&mine[--k]->rd);
-        return -1;
-    }
-    for (int i = 0; i < k; i++)
-        pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 0);
-    double t0 = pt__now();
-    int rc = 0, stop = 0;
-    for (;;) {
-        if (atomic_load_explicit(ctr, memory_order_acquire) >= value) {
-            rc = 1;
-            break;
-        }
-        for (int i = 0; i < k && !stop; i++)
-            if (help_one(mine[i]) < 0)
-                stop = 1;
-        if (atomic_load_explicit(ctr, memory_order_acquire) >= value) {
-            rc = 1;
-            break;
-        }
-        double el = pt__now() - t0;
-        if (stop || el >= slice || atomic_load(&srv->stopping)) {
-            rc = stop ? -1 : 0;
-            break;
-        }
-        if (el < spin) { /* poll the sockets briefly, as a wait polls its counter */
-            pt__relax(el);
-            continue;
-        }
-        struct pollfd pf[HELP_CONNS];
-        for (int i = 0; i < k; i++)
-            pf[i] = (struct pollfd){.fd = mine[i]->fd, .events = POLLIN};
-        (void)poll(pf, (nfds_t)k, (int)((slice - el) * 1e3) + 1);
-    }
-    for (int i = 0; i < k; i++) {
-        if (rc == 1 && mine[i]->alarm >= 0) {
-            /* the frame came: the next one will be waited for soon (see the top) */
-            atomic_store(&mine[i]->linger, 1);
-            pt_plat_sleeper_alarm(mine[i]->alarm, PT_TCP_LINGER);
-        } else {
-            atomic_store(&mine[i]->linger, 0);
-            pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 1);
-        }
-        pthread_mutex_unlock(&mine[i]->rd);
-    }
-    return rc;
-}
-
 static void *serve_main(void *arg)
 {
     pt_tcp_sconn_t *c = arg;
@@ -532,7 +328,7 @@ static void *serve_main(void *arg)
     if (pt__tcp_tune(c->fd, 0.5) < 0 || handshake(&s) < 0)
         goto out;
     s.hs_deadline = 0;
-    int help = helpable(c, &s); /* from here on, rd is held except while asleep */
+    int help = pt__tcp_helpable(c, &s); /* from here on, rd is held except while asleep */
     int quiet = 0; /* the last request was PUT_NOTIFY_QUIET */
     for (;;) {
         uint8_t hb[PT_TCP_HDR];
@@ -553,9 +349,9 @@ static void *serve_main(void *arg)
             }
             pt__relax(el);
         }
-        if (help && !ready && !readable(c->fd)) {
+        if (help && !ready && !pt__tcp_readable(c->fd)) {
             /* asleep without the token: a waiting rank may read meanwhile */
-            sleep_unlocked(c);
+            pt__tcp_sleep_unlocked(c);
             if (atomic_load(&srv->stopping)) {
                 clean = 1;
                 break;
@@ -585,7 +381,7 @@ static void *serve_main(void *arg)
         atomic_fetch_add(&srv->bytes_in, sizeof(hb));
         pt_tcp_hdr_t h;
         pt__hdr_unpack(hb, &h);
-        if (!valid_request(&h)) {
+        if (!pt__tcp_valid_request(&h)) {
             atomic_fetch_add(&srv->bad_frames, 1);
             break;
         }
@@ -601,7 +397,7 @@ static void *serve_main(void *arg)
         case PT_TCP_OP_PUT: rc = serve_put(&s, &h); break;
         case PT_TCP_OP_PUT_INDEXED: rc = serve_put_indexed(&s, &h); break;
         case PT_TCP_OP_PUT_NOTIFY:
-        case PT_TCP_OP_PUT_NOTIFY_QUIET: rc = serve_put_notify(&s, &h); break;
+        case PT_TCP_OP_PUT_NOTIFY_QUIET: rc = pt__tcp_serve_put_notify(&s, &h); break;
         default: rc = serve_atomic(&s, &h); break;
         }
         if (rc < 0) {
