@@ -287,28 +287,21 @@ class Window:
         in its tcp_stats()['quiet_refused']; the errors raised are the sending's (Timeout: the
         socket took nothing within the timeout; PeerLost; ConnectionDropped: the frames may or
         may not land). Elsewhere it is put() of data, then put_notify() of head."""
-        self._check(rank, offset)
-        self._check(rank, notify_offset)
-        key = self._keys[rank]
-        try:
-            if head is None:
-                self._ctx.put_notify_quiet(rank, key, offset, data, key, notify_offset, value)
-            else:
-                self._ctx.put_notify_quiet(rank, key, offset, data, key, notify_offset, value,
-                                           head)
-        except _native.Error as e:
-            n = _nbytes(data) + (0 if head is None else _nbytes(head))
-            raise_native(e, *self._where(rank, offset, n), what="put_notify")
+        self._notified(self._ctx.put_notify_quiet, rank, offset, data, notify_offset, value,
+                       head)
 
-    def _notified(self, call, rank, offset, data, notify_offset, value):
-        """put_notify's checks and errors around the native call that does it."""
+    def _notified(self, call, rank, offset, data, notify_offset, value, head=None):
+        """put_notify's checks and errors around the native call that does it (head: the
+        bytes put_notify_quiet gathers in front of data)."""
         self._check(rank, offset)
         self._check(rank, notify_offset)
         key = self._keys[rank]
+        more = () if head is None else (head,)
         try:
-            call(rank, key, offset, data, key, notify_offset, value)
+            call(rank, key, offset, data, key, notify_offset, value, *more)
         except _native.Error as e:
-            raise_native(e, *self._where(rank, offset, _nbytes(data)), what="put_notify")
+            n = _nbytes(data) + sum(_nbytes(h) for h in more)
+            raise_native(e, *self._where(rank, offset, n), what="put_notify")
 
     def put_notify_async(self, rank, offset, data, notify_offset, value=1):
         """put_notify() without waiting for the target's answer: returns a Request (its wait()

@@ -94,9 +94,6 @@ QUIET_MAX = 256 * 1024 - HDR
 # protocol, no Python per peer); 0: always here, in Python (read at each call: tests compare
 # the two)
 NATIVE = os.environ.get("POOLTENSOR_CHANNEL_NATIVE", "1") != "0"
-# how long the native call waits for its peers' chunks before handing the receives back to
-# Python (whose wait notifies the releases owed before it sleeps: FLUSH_AFTER)
-NATIVE_WAIT = FLUSH_AFTER
 # compare each call through the world team first when every rank is on this machine (0: off,
 # for tests of the channel's own checks)
 TEAM_CHECK = os.environ.get("POOLTENSOR_CHANNEL_TEAM_CHECK", "1") != "0"

@@ -26,9 +26,10 @@ AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
 # the ring moves about twice the input whatever p, in 2 (p - 1) steps, so the direct way wins
 # while the data is small against the round trips it saves (measured across two network
 # namespaces with bench/tcp.py, 2 ranks, three runs alternating: at 384-512 KiB 0.15-0.25 ms
-# direct against 0.22-0.27 ms ring, at 768 KiB 0.45-0.58 against 0.33-0.38; bench/README.md). A partition inside a direct call can let
-# one rank complete it while its peer gives it up; collectives/calls.py brings the two back in
-# step (tests/test_recovery.py, tests/test_partition.py).
+# direct against 0.22-0.27 ms ring, at 768 KiB 0.45-0.58 against 0.33-0.38; bench/README.md).
+# A partition inside a direct call can let one rank complete it while its peer gives it up;
+# collectives/calls.py brings the two back in step (tests/test_recovery.py,
+# tests/test_partition.py).
 DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 512 * 1024))
 
 
@@ -57,10 +58,11 @@ def allreduce(world, x, out, *, code, op, sig):
         sent = False
         fast = ch.fast() if channel.NATIVE and len(parts) == 1 else None
         if fast is not None:
-            # the whole exchange in native code; what it hands back goes on below
+            # the whole exchange in native code; what it hands back goes on below. It waits
+            # for its peers as long as a Python wait spins before it notifies the releases owed
             gid, seq, algo, sig = o.key
             try:
-                r = fast.allreduce(gid, seq, algo, sig, op, code, src, dst, channel.NATIVE_WAIT)
+                r = fast.allreduce(gid, seq, algo, sig, op, code, src, dst, channel.FLUSH_AFTER)
             except _native.Error as e:
                 ch.native_error(e, src.nbytes)
             if r == 0:

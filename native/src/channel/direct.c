@@ -55,32 +55,24 @@ pt_status_t pt_chan_create(pt_ctx_t *ctx, int me, int n, void *win, size_t win_l
     for (int r = 0; r < n; r++)
         if (r != me && base_in[r] + (uint64_t)nslots * stride > win_len)
             return PT_ERR_INVALID;
-    pt_chan_t *ch = calloc(1, sizeof(*ch));
+    pt_chan_t *ch = malloc(sizeof(*ch));
     if (!ch)
         return PT_ERR_NOMEM;
-    ch->keys = malloc(3 * sizeof(uint64_t) * (size_t)n);
-    ch->rows = malloc(sizeof(void *) * (size_t)n);
+    *ch = (pt_chan_t){.ctx = ctx, .me = me, .n = n, .nslots = nslots, .stride = stride,
+                      .win = win, .win_len = win_len, .sent = state[0], .recvd = state[1],
+                      .acked = state[2], .notified = state[3], .shown = state[4],
+                      .keys = malloc(3 * sizeof(uint64_t) * (size_t)n),
+                      .rows = malloc(sizeof(void *) * (size_t)n)};
     if (!ch->keys || !ch->rows) {
         pt_chan_destroy(ch);
         return PT_ERR_NOMEM;
     }
+    /* keys, then the offsets out and in, in one block */
     ch->base_out = ch->keys + n;
     ch->base_in = ch->keys + 2 * n;
     memcpy(ch->keys, keys, sizeof(uint64_t) * (size_t)n);
     memcpy(ch->base_out, base_out, sizeof(uint64_t) * (size_t)n);
     memcpy(ch->base_in, base_in, sizeof(uint64_t) * (size_t)n);
-    ch->ctx = ctx;
-    ch->me = me;
-    ch->n = n;
-    ch->nslots = nslots;
-    ch->stride = stride;
-    ch->win = win;
-    ch->win_len = win_len;
-    ch->sent = state[0];
-    ch->recvd = state[1];
-    ch->acked = state[2];
-    ch->notified = state[3];
-    ch->shown = state[4];
     *out = ch;
     return PT_OK;
 }
