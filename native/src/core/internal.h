@@ -149,6 +149,9 @@ struct pt_ctx {
  * (core/rma.c; PT_ERR_UNSUPPORTED where the transport cannot map it). */
 pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, size_t len,
                         uint8_t **ptr);
+/* This process's waiters asleep in pt_wait_local: a notify served here wakes only if some
+ * are (rma.c, tcp_server.c). */
+extern _Atomic int pt__asleep;
 double pt__now(void);
 /* How long a waiter polls before it blocks (pt_set_spin, $POOLTENSOR_SPIN_US). */
 double pt__spin_seconds(void);

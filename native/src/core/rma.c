@@ -218,6 +218,8 @@ static int over_tcp(pt_ctx_t *ctx, int rank)
     return rank >= 0 && rank < ctx->size && ctx->server && ctx->peers[rank].tcp;
 }
 
+_Atomic int pt__asleep;
+
 pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int watch,
                           double timeout)
 {
@@ -259,10 +261,16 @@ pt_status_t pt_wait_local(pt_ctx_t *ctx, const int64_t *addr, int64_t value, int
             return PT_ERR_PEER_LOST;
         if (timeout >= 0 && el > timeout)
             return PT_ERR_TIMEOUT;
+        /* counted asleep before the last look: a notifier that saw no sleeper added its
+         * value before that look (both sequentially consistent), which then sees it */
+        atomic_fetch_add(&pt__asleep, 1);
         uint32_t w = atomic_load(pt__low_word(p));
-        if (atomic_load(p) >= value)
+        if (atomic_load(p) >= value) {
+            atomic_fetch_sub(&pt__asleep, 1);
             return PT_OK;
+        }
         pt_plat_wait(pt__low_word(p), w, 0.01, 1);
+        atomic_fetch_sub(&pt__asleep, 1);
         /* woken, or 10 ms: the peer's sockets may be free to read again */
         help = over_tcp(ctx, watch);
     }

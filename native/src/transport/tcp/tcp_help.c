@@ -38,50 +38,65 @@ int pt__tcp_helpable(pt_tcp_sconn_t *c, serve_t *s)
     return 1;
 }
 
-void pt__tcp_sleep_unlocked(pt_tcp_sconn_t *c)
+static int64_t now_ns(void)
 {
-    if (!atomic_load(&c->linger))
-        pt_plat_sleeper_arm(c->ep, c->fd, 1);
-    pthread_mutex_unlock(&c->rd);
-    pt_plat_sleeper_wait(c->ep, 500);
-    pthread_mutex_lock(&c->rd);
-    /* woken while a helper lingered (its alarm, most likely): the socket is ours again */
-    if (atomic_exchange(&c->linger, 0))
-        (void)pt_plat_sleeper_rang(c->alarm);
+    return (int64_t)(pt__now() * 1e9);
 }
 
-/* Serve the complete PUT_NOTIFY_QUIET frames waiting on c (the helper holds rd): how many,
- * or -1 when the next input is not one (another request, the end, an error): the thread
- * reads that once the helper gives the token back. A frame cut short breaks the stream: the
- * connection is shut down and its thread ends it. */
+void pt__tcp_sleep_unlocked(pt_tcp_sconn_t *c)
+{
+    for (;;) {
+        if (!atomic_load(&c->linger))
+            pt_plat_sleeper_arm(c->ep, c->fd, 1);
+        pthread_mutex_unlock(&c->rd);
+        pt_plat_sleeper_wait(c->ep, 500);
+        pthread_mutex_lock(&c->rd);
+        if (!atomic_load(&c->linger))
+            return;
+        /* woken while a helper lingered (its alarm, most likely): a helper that read a frame
+         * since moved the deadline, and the socket stays the rank's until then; after it,
+         * the socket is ours again */
+        (void)pt_plat_sleeper_rang(c->alarm);
+        int64_t left = atomic_load(&c->linger_ns) - now_ns();
+        if (left <= 0 || atomic_load(&c->srv->stopping)) {
+            atomic_store(&c->linger, 0);
+            return;
+        }
+        pt_plat_sleeper_alarm(c->alarm, (double)left * 1e-9);
+    }
+}
+
+/* Serve the next PUT_NOTIFY_QUIET frame waiting on c (the helper holds rd): 1 when one was,
+ * 0 when nothing is there yet (or only part of a header), -1 when the next input is not one
+ * (another request, the end, an error): the thread reads that once the helper gives the
+ * token back. One frame a call, so that a wait whose frame came reads no further (a look for
+ * nothing is a system call). The header and its value are peeked, then read with the
+ * payload. A frame cut short breaks the stream: the connection is shut down and its thread
+ * ends it. */
 static int help_one(pt_tcp_sconn_t *c)
 {
     pt_tcp_server_t *srv = c->srv;
-    int n = 0;
-    for (;;) {
-        uint8_t hb[PT_TCP_HDR];
-        ssize_t got = recv(c->fd, hb, sizeof(hb), MSG_PEEK | MSG_DONTWAIT);
-        if (got < (ssize_t)sizeof(hb)) {
-            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                return -1;
-            return n; /* nothing yet, or a header still arriving */
-        }
-        pt_tcp_hdr_t h;
-        pt__hdr_unpack(hb, &h);
-        if (h.op != PT_TCP_OP_PUT_NOTIFY_QUIET || !pt__tcp_valid_request(&h))
-            return n ? n : -1;
-        if (recv(c->fd, hb, sizeof(hb), MSG_DONTWAIT) != (ssize_t)sizeof(hb))
+    uint8_t hb[PT_TCP_HDR + 8];
+    ssize_t got = recv(c->fd, hb, sizeof(hb), MSG_PEEK | MSG_DONTWAIT);
+    if (got < PT_TCP_HDR) {
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             return -1;
-        atomic_fetch_add(&srv->bytes_in, sizeof(hb));
-        atomic_fetch_add(&srv->requests, 1);
-        if (pt__tcp_serve_put_notify(c->s, &h) < 0) {
-            atomic_fetch_add(&srv->bad_frames, 1);
-            shutdown(c->fd, SHUT_RDWR);
-            return -1;
-        }
-        atomic_fetch_add(&srv->helped, 1);
-        n++;
+        return 0;
     }
+    pt_tcp_hdr_t h;
+    pt__hdr_unpack(hb, &h);
+    if (h.op != PT_TCP_OP_PUT_NOTIFY_QUIET || !pt__tcp_valid_request(&h))
+        return -1;
+    if (got < (ssize_t)sizeof(hb))
+        return 0; /* the value still arriving */
+    atomic_fetch_add(&srv->requests, 1);
+    if (pt__tcp_serve_put_notify(c->s, &h, hb) < 0) {
+        atomic_fetch_add(&srv->bad_frames, 1);
+        shutdown(c->fd, SHUT_RDWR);
+        return -1;
+    }
+    atomic_fetch_add(&srv->helped, 1);
+    return 1;
 }
 
 #define HELP_CONNS 8
@@ -112,27 +127,30 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
             pthread_mutex_unlock(&mine[--k]->rd);
         return -1;
     }
-    for (int i = 0; i < k; i++)
-        pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 0);
+    for (int i = 0; i < k; i++) /* (a lingering one's interest is off already) */
+        if (!atomic_load(&mine[i]->linger))
+            pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 0);
     double t0 = pt__now();
-    int rc = 0, stop = 0;
+    int rc = 0, stop = 0, read = 0;
     for (;;) {
         if (atomic_load_explicit(ctr, memory_order_acquire) >= value) {
             rc = 1;
             break;
         }
-        for (int i = 0; i < k && !stop; i++)
-            if (help_one(mine[i]) < 0)
-                stop = 1;
-        if (atomic_load_explicit(ctr, memory_order_acquire) >= value) {
-            rc = 1;
-            break;
+        int more = 0;
+        for (int i = 0; i < k && !stop; i++) {
+            int r = help_one(mine[i]);
+            stop = r < 0;
+            more |= r > 0;
         }
+        read |= more;
         double el = pt__now() - t0;
         if (stop || el >= slice || atomic_load(&srv->stopping)) {
             rc = stop ? -1 : 0;
             break;
         }
+        if (more)
+            continue; /* (the counter, then the next frame) */
         if (el < spin) { /* poll the sockets briefly, as a wait polls its counter */
             pt__relax(el);
             continue;
@@ -142,11 +160,16 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
             pf[i] = (struct pollfd){.fd = mine[i]->fd, .events = POLLIN};
         (void)poll(pf, (nfds_t)k, (int)((slice - el) * 1e3) + 1);
     }
+    int64_t until = now_ns() + (int64_t)(PT_TCP_LINGER * 1e9);
     for (int i = 0; i < k; i++) {
         if (rc == 1 && mine[i]->alarm >= 0) {
-            /* the frame came: the next one will be waited for soon (see the top) */
-            atomic_store(&mine[i]->linger, 1);
-            pt_plat_sleeper_alarm(mine[i]->alarm, PT_TCP_LINGER);
+            /* the frame came: the next one will be waited for soon (see the top). Only a
+             * helper that read moves the deadline: one whose frame was read before it came
+             * would otherwise keep the socket from its thread as long as it kept coming */
+            if (read || !atomic_load(&mine[i]->linger))
+                atomic_store(&mine[i]->linger_ns, until);
+            if (!atomic_exchange(&mine[i]->linger, 1))
+                pt_plat_sleeper_alarm(mine[i]->alarm, PT_TCP_LINGER);
         } else {
             atomic_store(&mine[i]->linger, 0);
             pt_plat_sleeper_arm(mine[i]->ep, mine[i]->fd, 1);

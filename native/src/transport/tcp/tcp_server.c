@@ -121,22 +121,45 @@ static pt_status_t counter(pt_ctx_t *ctx, uint64_t key, uint64_t off, uint8_t **
     return st;
 }
 
-/* Add v to the int64 at p and wake pt_wait_local on its low word (as the shm notify does). */
+/* Add v to the int64 at p and wake pt_wait_local on its low word (as the shm notify does),
+ * unless no waiter of this process is asleep (pt__asleep): a rank that reads its own frames
+ * (tcp_help.c) is awake, and a wake-up for nobody is a system call a frame. Only this
+ * process waits on its windows' counters. */
 static int64_t bump(uint8_t *p, int64_t v)
 {
     int64_t old = atomic_fetch_add((_Atomic int64_t *)(uintptr_t)p, v);
-    pt_plat_wake(pt__low_word(p), 1);
+    if (atomic_load(&pt__asleep))
+        pt_plat_wake(pt__low_word(p), 1);
     return old;
+}
+
+/* A helper's frame whose header and value are still in the socket (peeked): consumed here
+ * with as much of the payload as has come, in one read. */
+static int recv_peeked(serve_t *s, uint8_t *p, size_t n)
+{
+    uint8_t head[PT_TCP_HDR + 8];
+    struct iovec iov[2] = {{head, sizeof(head)}, {p, p ? n : 0}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t r = recvmsg(s->fd, &m, MSG_DONTWAIT);
+    if (r < (ssize_t)sizeof(head))
+        return -1; /* (the helper saw those bytes: nobody else reads this socket) */
+    atomic_fetch_add(&s->srv->bytes_in, (uint64_t)r);
+    size_t got = (size_t)r - sizeof(head);
+    if (!p)
+        return discard(s, n);
+    return got == n ? 0 : recv_payload(s, p + got, n - got);
 }
 
 /* A put whose bytes are all in memory before the counter (a, b) moves (tcp_proto.h). Both
  * targets are checked before anything is written: a refusal changes nothing. PUT_NOTIFY_QUIET
  * is not answered: a refusal is only counted. */
-int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
+int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *peeked)
 {
     pt_ctx_t *ctx = s->ctx;
     uint8_t vb[8], *p = NULL, *ctr = NULL;
-    if (recv_bytes(s, vb, sizeof(vb)) < 0)
+    if (peeked)
+        memcpy(vb, peeked + PT_TCP_HDR, sizeof(vb));
+    else if (recv_bytes(s, vb, sizeof(vb)) < 0)
         return -1;
     uint64_t n = h->len - 8;
     int64_t old = 0;
@@ -145,7 +168,8 @@ int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
     pt_status_t st = pt__reg_local(ctx, h->key, h->off, (size_t)n, 1, &p, &in_seg);
     if (st == PT_OK)
         st = counter(ctx, (uint64_t)h->a, (uint64_t)h->b, &ctr);
-    int rc = st == PT_OK ? recv_payload(s, p, (size_t)n) : discard(s, n);
+    int rc = peeked ? recv_peeked(s, st == PT_OK ? p : NULL, (size_t)n)
+             : st == PT_OK ? recv_payload(s, p, (size_t)n) : discard(s, n);
     int64_t v = (int64_t)pt__le_get(vb, 8);
     /* a frame of a longer quiet put before its last adds nothing: no wake-up either */
     if (rc == 0 && st == PT_OK && (v || h->op != PT_TCP_OP_PUT_NOTIFY_QUIET))
@@ -397,7 +421,7 @@ static void *serve_main(void *arg)
         case PT_TCP_OP_PUT: rc = serve_put(&s, &h); break;
         case PT_TCP_OP_PUT_INDEXED: rc = serve_put_indexed(&s, &h); break;
         case PT_TCP_OP_PUT_NOTIFY:
-        case PT_TCP_OP_PUT_NOTIFY_QUIET: rc = pt__tcp_serve_put_notify(&s, &h); break;
+        case PT_TCP_OP_PUT_NOTIFY_QUIET: rc = pt__tcp_serve_put_notify(&s, &h, NULL); break;
         default: rc = serve_atomic(&s, &h); break;
         }
         if (rc < 0) {

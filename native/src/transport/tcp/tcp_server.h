@@ -14,6 +14,8 @@ typedef struct pt_tcp_sconn {
     int ep;                     /* the sleeper its thread sleeps on (-1: it reads alone) */
     int alarm;                  /* the sleeper's alarm (-1: none) */
     _Atomic int linger;         /* a helper left the interest off and set the alarm */
+    _Atomic int64_t linger_ns;  /* until when (pt__now, ns): a helper back in time moves
+                                 * this, not the alarm; the alarm's thread sleeps on */
     _Atomic int rank;           /* (srv->lock) the world rank served once others may read in
                                  * its thread's place, else -1 */
     struct serve *s;            /* the thread's serving state, for a helper holding rd */
@@ -55,9 +57,10 @@ typedef struct serve {
     double hs_deadline;         /* > 0 during the handshake: when it must be over */
 } serve_t;
 
-/* Serve one PUT_NOTIFY or PUT_NOTIFY_QUIET whose header was read: 0, or -1 when the
- * connection is to end. */
-int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h);
+/* Serve one PUT_NOTIFY or PUT_NOTIFY_QUIET whose header was read (peeked NULL), or whose
+ * header and value a helper peeked (peeked: those PT_TCP_HDR + 8 bytes, still in the
+ * socket): 0, or -1 when the connection is to end. */
+int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *peeked);
 /* Whether a request header is well formed (magic, op, a length that op allows). */
 int pt__tcp_valid_request(const pt_tcp_hdr_t *h);
 
