@@ -69,10 +69,8 @@ void pt__tcp_sleep_unlocked(pt_tcp_sconn_t *c)
 /* Serve the next PUT_NOTIFY_QUIET frame waiting on c (the helper holds rd): 1 when one was,
  * 0 when nothing is there yet (or only part of a header), -1 when the next input is not one
  * (another request, the end, an error): the thread reads that once the helper gives the
- * token back. One frame a call, so that a wait whose frame came reads no further (a look for
- * nothing is a system call). The header and its value are peeked, then read with the
- * payload. A frame cut short breaks the stream: the connection is shut down and its thread
- * ends it. */
+ * token back. The header and its value are peeked, then read with the payload. A frame cut
+ * short breaks the stream: the connection is shut down and its thread ends it. */
 static int help_one(pt_tcp_sconn_t *c)
 {
     pt_tcp_server_t *srv = c->srv;
@@ -139,18 +137,21 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
         }
         int more = 0;
         for (int i = 0; i < k && !stop; i++) {
-            int r = help_one(mine[i]);
+            /* every frame there: a slot's release behind this call's message is read now,
+             * not left in the socket until the next wait */
+            int r;
+            while ((r = help_one(mine[i])) > 0)
+                more = 1;
             stop = r < 0;
-            more |= r > 0;
         }
         read |= more;
+        if (more)
+            continue; /* (the counter) */
         double el = pt__now() - t0;
         if (stop || el >= slice || atomic_load(&srv->stopping)) {
             rc = stop ? -1 : 0;
             break;
         }
-        if (more)
-            continue; /* (the counter, then the next frame) */
         if (el < spin) { /* poll the sockets briefly, as a wait polls its counter */
             pt__relax(el);
             continue;
