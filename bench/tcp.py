@@ -81,6 +81,9 @@ def parse(argv=None):
     p.add_argument("--no-allreduce", action="store_true", help="skip allreduce across netns")
     p.add_argument("--allreduce-sizes", default=None, help="allreduce sizes in bytes, comma "
                    "separated (default 4 KiB, x16 up to --max-size, at most 64 MiB)")
+    p.add_argument("--ns-congestion", default=None, help="the namespaces' own tcp congestion "
+                   "control for the run, which MPI's sockets follow (ours pick theirs: "
+                   "POOLTENSOR_TCP_CONGESTION); default: left as it is")
     p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     a = p.parse_args(argv)
     q = a.quick
@@ -202,6 +205,24 @@ def run_allreduce(a, sizes):
         res[nm] = run_part(cmd, {"MPIR_CVAR_NOLOCAL": "1", "POOLTENSOR_BIND": NS_ADDR[0],
                                  "POOLTENSOR_TIMEOUT": "120", **NETMODS[nm]})
     return res
+
+
+def ns_congestion(name, spaces=NS):
+    """Set each namespace's default tcp congestion control to name (None: leave it); returns
+    {namespace: what it was} for those changed."""
+    was = {}
+    if not name:
+        return was
+    key = "net.ipv4.tcp_congestion_control"
+    for ns in spaces:
+        old = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n", key],
+                             capture_output=True, text=True).stdout.strip()
+        r = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={name}"],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"cannot set {key}={name} in {ns}: {r.stderr.strip()}")
+        was[ns] = old
+    return was
 
 
 def netns_ready():
@@ -419,13 +440,21 @@ def main(argv=None):
             notes.append(f"netns: skipped ({why})")
             print(notes[-1], flush=True)
             want.remove("netns")
-    for link in want:
-        print(f"measuring {link} ...", flush=True)
-        links.append(run_link(a, link, sizes))
-    allreduce = None
-    if netns_ok and not a.no_allreduce and a.netmods != "none":
-        print("measuring allreduce across namespaces ...", flush=True)
-        allreduce = run_allreduce(a, ar_sizes)
+    before = ns_congestion(a.ns_congestion) if netns_ok else {}
+    try:
+        if before:
+            notes.append("namespaces' congestion control (MPI's sockets): "
+                         f"{a.ns_congestion}, was {', '.join(sorted(set(before.values())))}")
+        for link in want:
+            print(f"measuring {link} ...", flush=True)
+            links.append(run_link(a, link, sizes))
+        allreduce = None
+        if netns_ok and not a.no_allreduce and a.netmods != "none":
+            print("measuring allreduce across namespaces ...", flush=True)
+            allreduce = run_allreduce(a, ar_sizes)
+    finally:
+        for ns, cc in before.items():
+            ns_congestion(cc, [ns])
     text, summary = report(links, allreduce, sizes, notes)
     load1 = os.getloadavg()
     text += (f"\n\nmeasuring took {time.monotonic() - t0:.0f} s; load average {load0[0]:.2f} at "

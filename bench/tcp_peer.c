@@ -8,7 +8,9 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -31,7 +33,18 @@ static int wrv(int fd, struct iovec *v, int cnt) {
     }
     return 0;
 }
-static void nodelay(int fd) { int one = 1; setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); }
+/* TCP_NODELAY, and the congestion control the tcp transport picks (POOLTENSOR_TCP_CONGESTION,
+ * else the first of cubic and reno the kernel allows): the same kernel path as ours */
+static void nodelay(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const char *e = getenv("POOLTENSOR_TCP_CONGESTION");
+    char names[128], *save = NULL;
+    snprintf(names, sizeof names, "%s", e && *e ? e : "cubic,reno");
+    if (!strcmp(names, "system")) return;
+    for (char *n = strtok_r(names, ", ", &save); n; n = strtok_r(NULL, ", ", &save))
+        if (!setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, n, (socklen_t)strlen(n))) return;
+}
 
 int pp_listen(const char *host, int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;

@@ -138,6 +138,8 @@ enum {
 /* Seconds a helper whose frame came leaves a connection's socket to the next wait of its rank
  * before the connection's thread takes it back (tcp_server.c). */
 #define PT_TCP_LINGER 0.002
+/* The congestion controls a socket asks for, in order (tcp_common.c's congestion) */
+#define PT_TCP_CONGESTION "cubic,reno"
 /* The whole handshake (HELLO, AUTH, AUTH_OK) must be over within this many seconds. */
 #define PT_TCP_HANDSHAKE_TIMEOUT 2.0
 /* Once a frame has started, the rest of it must arrive within this many
