@@ -108,6 +108,9 @@ class World(counters.Counted, LocalMemory):
         self._teams = {}
         # every rank on this machine and one topology host: the native team decides alone
         self._direct = self._shm_world and self.local_size == self.size and not FORCED_ALGO
+        # nbytes -> the algorithm select() chose for an allreduce of that size (the same on
+        # every rank: select() reads only the size and the world), for ops.allreduce's short way
+        self._allreduce_algo = {}
         self._coll_exec = None
         self._coll_pending = 0
         self._coll_thread = None

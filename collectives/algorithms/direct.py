@@ -49,25 +49,27 @@ def allreduce(world, x, out, *, code, op, sig):
     """Every input to every rank, reduced in rank order on each."""
     ch, g, o = channel.world_op(world, "direct", AR, sig, "direct allreduce")
     with o:
-        src, dst = ring.raw(x), ring.raw(out)
         if g.size == 1:
-            if dst is not src and src.nbytes:
-                dst[:] = src
+            if out is not x and x.nbytes:
+                ring.raw(out)[:] = ring.raw(x)
             return
-        parts = _parts(src.nbytes, ring.step_bytes(ch, x.dtype.itemsize))
+        step = ring.step_bytes(ch, x.dtype.itemsize)
         sent = False
-        fast = ch.fast() if channel.NATIVE and len(parts) == 1 else None
+        fast = ch.fast() if channel.NATIVE and x.nbytes <= step else None
         if fast is not None:
-            # the whole exchange in native code; what it hands back goes on below. It waits
-            # for its peers as long as a Python wait spins before it notifies the releases owed
+            # the whole exchange in native code (one chunk); what it hands back goes on below.
+            # It waits for its peers as long as a Python wait spins before it notifies the
+            # releases owed
             gid, seq, algo, sig = o.key
             try:
-                r = fast.allreduce(gid, seq, algo, sig, op, code, src, dst, channel.FLUSH_AFTER)
+                r = fast.allreduce(gid, seq, algo, sig, op, code, x, out, channel.FLUSH_AFTER)
             except _native.Error as e:
-                ch.native_error(e, src.nbytes)
+                ch.native_error(e, x.nbytes)
             if r == 0:
                 return
             sent = r == 1
+        src, dst = ring.raw(x), ring.raw(out)
+        parts = _parts(src.nbytes, step)
         others = _others(g)
         for lo, hi in parts:
             mine = src[lo:hi]
