@@ -4,7 +4,8 @@ path's (the same rank-order reduction) and, for integers, numpy's. A rank that c
 (SLOW: it sleeps before some calls) makes the native call hand its receives back to Python
 (`sent`); with POOLTENSOR_CHANNEL_SLOTS=1 a slot not free yet hands the whole call back
 (`unsent`). A call that differs on one rank is a CollectiveMismatch on both, and the next
-calls are right. Prints "native ok" and the counts.
+calls are right, through algorithm="direct" and through the short way of algorithm="auto".
+Prints "native ok" and the counts.
 """
 import sys
 import time
@@ -71,4 +72,20 @@ for i in range(5):
     assert np.array_equal(got, np.full(33, sum(range(size)) + size * i)), got
 after = world._channels.fast().counts()           # the channel made anew after the failure
 assert sum(after.values()) == 5, after
+
+# the same through algorithm="auto": once a size ran direct, ops.allreduce takes its short way
+# (into `out` as well); a rank whose call differs there is found by both, and all is well after
+y = np.empty(64, np.float32)
+for i in range(3):
+    got = collectives.allreduce(x + i, out=y)
+    assert got is y and np.array_equal(y, size * (x + i)), y
+assert world._allreduce_algo.get(x.nbytes) == "direct", world._allreduce_algo
+try:
+    collectives.allreduce(x if rank else x.reshape(8, 8))
+    raise AssertionError("no mismatch")
+except CollectiveMismatch:
+    pass
+for i in range(3):
+    got = collectives.allreduce(x - i, "max")
+    assert np.array_equal(got, x - i), got
 print("native ok", counts, flush=True)
