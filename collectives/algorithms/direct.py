@@ -24,13 +24,15 @@ AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
 
 # The most bytes one rank sends in a direct call that select() picks (its input times p - 1):
 # the ring moves about twice the input whatever p, in 2 (p - 1) steps, so the direct way wins
-# while the data is small against the round trips it saves (measured across two network
-# namespaces with bench/tcp.py, 2 ranks, three runs alternating: at 384-512 KiB 0.15-0.25 ms
-# direct against 0.22-0.27 ms ring, at 768 KiB 0.45-0.58 against 0.33-0.38; bench/README.md).
+# while the data is small against the steps it saves. Measured with 2 ranks across two network
+# namespaces on 2 cores (tests/netns.py; MPI's sockets on the same congestion control as ours),
+# ring against direct in alternating jobs: 768 KiB 0.23 against 0.18 ms, 1 MiB 0.29-0.36
+# against 0.20 (one native exchange: a net slot holds 1 MiB), 2 MiB 0.57-0.62 against
+# 0.56-0.58 (two chunks), 3 MiB 0.65-0.69 against 0.66-0.74; bench/README.md.
 # A partition inside a direct call can let one rank complete it while its peer gives it up;
 # collectives/calls.py brings the two back in step (tests/test_recovery.py,
 # tests/test_partition.py).
-DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 512 * 1024))
+DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 1024 * 1024))
 
 
 def _others(g):
