@@ -1,5 +1,5 @@
 """put_notify_quiet over tcp: a put with its notify in one frame that nobody answers, or
-several back to back past 256 KiB (what the channel sends its chunks with: one message each way,
+several back to back past a frame (what the channel sends its chunks with: one message each way,
 no round trip), with the message's header gathered in front of its bytes.
 
 Checked against the target's memory and against a raw-socket target that never answers (the
@@ -75,7 +75,7 @@ def test_quiet_put_with_a_head_of_any_length(pair):
     frames = sum(-(-(h + n) // CHUNK) or 1 for h, n in
                  [(64, 0), (64, 100), (0, CHUNK + 1), (64, CHUNK - 64), (64, CHUNK - 63),
                   (64, 3 * CHUNK + 5), (CHUNK + 10, 7)])
-    assert srv.tcp_stats()["requests"] - before == frames     # one frame per 256 KiB
+    assert srv.tcp_stats()["requests"] - before == frames     # one frame per CHUNK
     assert srv.tcp_stats()["bad_frames"] == 0
 
 
@@ -260,8 +260,8 @@ def test_quiet_to_a_stopped_target_times_out():
 
 def test_direct_collectives_around_the_largest_unanswered_chunk():
     """2 ranks over tcp, the direct allreduce, allgather and broadcast at sizes on both sides
-    of channel.QUIET_MAX (a chunk of exactly 256 KiB once went to the native call as a frame
-    64 bytes over its limit: ValueError)."""
+    of channel.QUIET_MAX (a chunk of exactly a frame once went to the native call 64 bytes
+    over its limit: ValueError)."""
     from conftest import check_ranks
     p = check_ranks("launch", 2, "coll_quiet_sizes.py",
                     env={"POOLTENSOR_TRANSPORT": "tcp", "POOLTENSOR_TIMEOUT": "20"}, timeout=120)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 SECRET = b"stripe-test-secret-0123456789abc"
 PART = 1 << 20          # the smallest part with a connection of its own, here (default 4 MiB)
-CHUNK = 256 << 10
+CHUNK = _native.TCP_FRAME
 
 
 def _pair(monkeypatch, stripes, nbytes=32 << 20, via_proxy=False):
@@ -128,7 +128,7 @@ def test_refused_parts_fail_the_whole_and_the_world_stays_usable(monkeypatch):
 def test_a_cut_stripe_is_a_dropped_connection(monkeypatch, put):
     srv, seg, mem, key, ro, cli, px = _pair(monkeypatch, 3, nbytes=64 << 20, via_proxy=True)
     try:
-        warm = np.empty(4 << 20, np.uint8)
+        warm = np.empty(3 * max(PART, CHUNK), np.uint8)
         cli.get(1, key, 0, warm)                        # three connections, three relays
         assert px.accepted == 3
         n = 20 << 20
@@ -161,7 +161,7 @@ def test_striped_transfers_from_many_threads(monkeypatch):
     srv, seg, mem, key, ro, cli, _ = _pair(monkeypatch, 4)
     try:
         errors = []
-        n = 4 * PART + 333
+        n = 4 * max(PART, CHUNK)    # four parts of whole frames
 
         def work(i):
             try:

@@ -2,6 +2,7 @@
  * (native/src/channel/direct.c), the GIL let go around each call. The object holds the
  * context, the window's buffer and the five state arrays the Python channel shares with it. */
 #include "binding.h"
+#include "transport/tcp/tcp_proto.h"
 
 typedef struct {
     PyObject_HEAD
@@ -159,3 +160,10 @@ PyTypeObject pt_py_ChannelType = {
     .tp_dealloc = (destructor)Channel_dealloc,
     .tp_methods = Channel_methods,
 };
+
+int pt_py_add_channel(PyObject *m)
+{
+    if (PyModule_AddObjectRef(m, "Channel", (PyObject *)&pt_py_ChannelType) < 0)
+        return -1;
+    return PyModule_AddIntConstant(m, "TCP_FRAME", PT_TCP_CHUNK);
+}

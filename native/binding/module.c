@@ -803,7 +803,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Segment", (PyObject *)&pt_py_SegmentType) < 0 ||
         PyModule_AddObjectRef(m, "Request", (PyObject *)&RequestType) < 0 ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) < 0 ||
-        PyModule_AddObjectRef(m, "Channel", (PyObject *)&pt_py_ChannelType) < 0 ||
+        pt_py_add_channel(m) < 0 ||
         PyModule_AddStringConstant(m, "PLATFORM", pt_platform()) < 0 ||
         pt_py_add_team(m) < 0 || pt_py_add_stats(m) < 0 ||
         pt_py_add_kernels(m) < 0) {

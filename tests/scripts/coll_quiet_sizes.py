@@ -1,5 +1,5 @@
 """Direct collectives over tcp at the sizes around the largest chunk that goes in one
-unanswered frame (channel.QUIET_MAX: 256 KiB with its header) and past it (several frames),
+unanswered frame (channel.QUIET_MAX: _native.TCP_FRAME with its header) and past it (several frames),
 each checked against numpy on every rank. Prints "quiet sizes ok"."""
 import numpy as np
 
@@ -10,7 +10,8 @@ world = collectives.init()
 rank, size = world.rank, world.size
 assert all(t == "tcp" for r, t in enumerate(world.transports) if r != rank), world.transports
 q = channel.QUIET_MAX
-for nbytes in (0, 8, q - 8, q, q + 8, 256 * 1024, 256 * 1024 + 64, 3 * 256 * 1024):
+f = q + channel.HDR     # a whole frame
+for nbytes in (0, 8, q - 8, q, q + 8, f, f + 64, 3 * f):
     n = nbytes // 8
     xs = [np.arange(n, dtype=np.float64) * (r + 1) + nbytes for r in range(size)]
     got = collectives.allreduce(xs[rank], algorithm="direct")

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 import collectives
+from collectives import _native
 
 world = collectives.init()
 rank, size = world.rank, world.size
@@ -35,7 +36,7 @@ def expect(r, lo, hi):
 
 
 # gets of every size class from the right neighbour: empty, tiny, chunk edges, 64 MiB
-CHUNK = 256 << 10
+CHUNK = _native.TCP_FRAME
 for n in (0, 1, 7, 4095, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5, BIG):
     off = 4096 - (n % 4096) if n < BIG else 0
     out = np.empty(n, np.uint8)

@@ -102,14 +102,17 @@ enum {
 };
 
 /* Frame size for large transfers: big enough that per-frame costs (a header, a reply, a
- * wake-up) are under 1% at loopback speeds, small enough that a small request queued behind a
- * 64 MiB transfer waits for at most one chunk (~25 us at 10 GB/s). */
-#define PT_TCP_CHUNK (256 * 1024)
+ * system call or two each side) stay small, small enough that a small request queued behind
+ * a 64 MiB transfer waits for one chunk at most (~0.1 ms at 10 GB/s, 0.85 ms on 10 GbE).
+ * Measured across two namespaces on 2 cores (bench/tcp.py, two runs each): gets of 1-4 MiB
+ * 9.8-12.3 GB/s in 1 MiB frames, 8.8-10.5 in 512 KiB ones, 7.5-9.3 in 256 KiB ones (MPICH
+ * ofi's RMA get 10-12 in the same runs). */
+#define PT_TCP_CHUNK (1024 * 1024)
 /* Largest payload a server accepts in one frame: bounds what one request can make it read or
  * send before it looks at the next one (clients send at most PT_TCP_CHUNK). */
 #define PT_TCP_MAX_PAYLOAD (4 * 1024 * 1024)
 /* Requests one client connection keeps in flight: enough to cover the bandwidth-delay product
- * of a fast link with 256 KiB frames several times over; bounds the client's request table. */
+ * of a fast link with whole frames several times over; bounds the client's request table. */
 #define PT_TCP_MAX_INFLIGHT 256
 /* Payloads up to this size (one chunk; a put_notify's 8-byte value on top) are written by the
  * calling thread when nothing is queued ahead of them (one hand-off less); larger ones go
