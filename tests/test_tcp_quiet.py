@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from collectives import _native
-from test_tcp import CHUNK, HDR, _server_process, accept_authenticated, err, tcp_client
+from test_tcp import HDR, _server_process, accept_authenticated, err, tcp_client
 from test_tcp import pair  # noqa: F401  (the fixture)
 
 QUIET = 24          # PT_TCP_OP_PUT_NOTIFY_QUIET
+CHUNK = _native.TCP_QUIET_FRAME      # an unanswered frame's most bytes
 
 pytestmark = pytest.mark.timeout(60)
 

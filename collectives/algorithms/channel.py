@@ -88,8 +88,9 @@ NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
 DIRECT_RANKS = int(os.environ.get("POOLTENSOR_DIRECT_RANKS", 8))
 FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed are notified
 # chunks up to this many bytes go over tcp in one frame with their header (the native limit
-# of a frame, _native.TCP_FRAME); larger ones in several, back to back (put_notify_quiet)
-QUIET_MAX = _native.TCP_FRAME - HDR
+# of an unanswered frame, _native.TCP_QUIET_FRAME); larger ones in several, back to back
+# (put_notify_quiet)
+QUIET_MAX = _native.TCP_QUIET_FRAME - HDR
 # a direct allreduce over tcp in one chunk runs in native code (_native.Channel: the same
 # protocol, no Python per peer); 0: always here, in Python (read at each call: tests compare
 # the two)

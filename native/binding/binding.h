@@ -71,8 +71,8 @@ PyObject *pt_py_hmac_sha256(PyObject *m, PyObject *args);
 PyObject *pt_py_sha256(PyObject *m, PyObject *args);
 int pt_py_add_team(PyObject *module);
 
-/* channel_py.c: the window channel's one-exchange allreduce, and TCP_FRAME (the largest tcp
- * frame's payload, which the channel's chunk sizes follow) */
+/* channel_py.c: the window channel's one-exchange allreduce, and the largest tcp frames'
+ * payloads: TCP_FRAME (gets and puts), TCP_QUIET_FRAME (unanswered puts: the channel's) */
 extern PyTypeObject pt_py_ChannelType;
 int pt_py_add_channel(PyObject *module);
 

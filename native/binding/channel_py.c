@@ -165,5 +165,7 @@ int pt_py_add_channel(PyObject *m)
 {
     if (PyModule_AddObjectRef(m, "Channel", (PyObject *)&pt_py_ChannelType) < 0)
         return -1;
-    return PyModule_AddIntConstant(m, "TCP_FRAME", PT_TCP_CHUNK);
+    if (PyModule_AddIntConstant(m, "TCP_FRAME", PT_TCP_CHUNK) < 0)
+        return -1;
+    return PyModule_AddIntConstant(m, "TCP_QUIET_FRAME", PT_TCP_QUIET_FRAME);
 }

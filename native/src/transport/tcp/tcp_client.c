@@ -466,7 +466,7 @@ static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_
 }
 
 /* Write the frames of one quiet put on c (its send lock held): head then src at off, in
- * frames of at most PT_TCP_CHUNK bytes, the notify with the last one (the frames before it add
+ * frames of at most PT_TCP_QUIET_FRAME bytes, the notify with the last one (the frames before it add
  * 0: the target neither bumps nor wakes). 0: all written; 1: nothing went (c was dead
  * already); -1 with errno: the stream broke after *sent bytes went. */
 static int quiet_frames(pt_tcp_conn_t *c, uint64_t key, uint64_t off, const uint8_t *head,
@@ -478,7 +478,7 @@ static int quiet_frames(pt_tcp_conn_t *c, uint64_t key, uint64_t off, const uint
     if (atomic_load(&c->dead))
         return 1;
     do {
-        size_t n = total - at < PT_TCP_CHUNK ? total - at : PT_TCP_CHUNK;
+        size_t n = total - at < PT_TCP_QUIET_FRAME ? total - at : PT_TCP_QUIET_FRAME;
         int last = at + n == total;
         uint8_t hb[PT_TCP_HDR], vb[8];
         pt_tcp_hdr_t h = {.magic = PT_TCP_MAGIC, .op = PT_TCP_OP_PUT_NOTIFY_QUIET, .key = key,
@@ -505,7 +505,7 @@ static int quiet_frames(pt_tcp_conn_t *c, uint64_t key, uint64_t off, const uint
 
 /* PUT_NOTIFY_QUIET (pt_put_notify_quiet_head): written here, under the connection's send lock
  * like every frame (so it never splits another one), and nothing waited for: one frame, or
- * several in a row where head and bytes pass PT_TCP_CHUNK. No request takes a slot: no reply
+ * several in a row where head and bytes pass PT_TCP_QUIET_FRAME. No request takes a slot: no reply
  * comes, so neither the receiver thread nor a waiter wakes for it. The write has the
  * context's timeout: a peer that stopped reading fills the socket, and a frame cut short
  * breaks the stream, so the connection then fails (the next call dials again). */
