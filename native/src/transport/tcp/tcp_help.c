@@ -163,10 +163,11 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
     }
     int64_t until = now_ns() + (int64_t)(PT_TCP_LINGER * 1e9);
     for (int i = 0; i < k; i++) {
-        if (rc == 1 && mine[i]->alarm >= 0) {
+        if (rc == 1 && !stop && mine[i]->alarm >= 0) {
             /* the frame came: the next one will be waited for soon (see the top). Only a
              * helper that read moves the deadline: one whose frame was read before it came
-             * would otherwise keep the socket from its thread as long as it kept coming */
+             * would otherwise keep the socket from its thread as long as it kept coming. A
+             * request behind the frames (stop) goes to the thread now */
             if (read || !atomic_load(&mine[i]->linger))
                 atomic_store(&mine[i]->linger_ns, until);
             if (!atomic_exchange(&mine[i]->linger, 1))
