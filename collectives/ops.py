@@ -173,43 +173,35 @@ def allreduce(x, op="sum", *, out=None, world=None, algorithm="auto", determinis
     if w._coll_pending:
         return w._serial(_call, w, "allreduce", _allreduce, w, x, op, out, algorithm,
                          deterministic)
-    # the common case, a few operations: a contiguous numpy array seen before, one host
-    if (out is None and type(x) is np.ndarray and algorithm == "auto" and w._direct
-            and x.flags.c_contiguous):
-        plan = _PLANS.get(("allreduce", x.dtype, x.shape, op, 0))
-        team = w._teams.get("world")
-        if plan is not None and team is not None and not plan[3]:
-            res = np.empty_like(x)
-            algo = 1 if x.nbytes <= algorithms.ONESHOT_MAX else 2
-            calls = w._calls
-            calls.begin(1)
-            try:
-                shm.call(w, team, team.native.allreduce, plan[1], plan[0], x, res, x.size,
-                         algo, plan[2] ^ algo)
-            except BaseException as e:
-                _failed(calls, e)
-            calls.end()
-            return res
-    # between machines, likewise: a size whose algorithm select() chose before as the direct
-    # one, run without the layers in between (each call's Python is a good part of a small
-    # message's time over tcp)
-    if (type(x) is np.ndarray and algorithm == "auto" and not deterministic
-            and x.flags.c_contiguous and w._allreduce_algo.get(x.nbytes) == "direct"):
+    # the common case, a few operations: a contiguous numpy array seen before, with no
+    # layers in between (each call's Python is a good part of a small message's time)
+    if type(x) is np.ndarray and algorithm == "auto" and x.flags.c_contiguous:
         plan = _PLANS.get(("allreduce", x.dtype, x.shape, op, 0))
         if plan is not None and not plan[3]:
-            res = np.empty_like(x) if out is None else _output(out, x.shape, x.dtype, False)
-            calls = w._calls
-            calls.begin(1)
-            t0 = time.perf_counter()
-            try:
-                direct.allreduce(w, x, res, code=plan[0], op=plan[1], sig=plan[2] ^ _DIRECT)
-            except BaseException as e:
-                _count(w, "allreduce", (w, x), t0, e)
-                _failed(calls, e)
-            calls.end()
-            _count(w, "allreduce", (w, x), t0, None)
-            return res
+            team = w._teams.get("world")
+            if out is None and w._direct and team is not None:      # one host
+                res = np.empty_like(x)
+                algo = 1 if x.nbytes <= algorithms.ONESHOT_MAX else 2
+                calls = w._calls
+                calls.begin(1)
+                try:
+                    shm.call(w, team, team.native.allreduce, plan[1], plan[0], x, res, x.size,
+                             algo, plan[2] ^ algo)
+                except BaseException as e:
+                    _failed(calls, e)
+                calls.end()
+                return res
+            # between machines: a size select() sent to the direct algorithm before
+            if not deterministic and w._allreduce_algo.get(x.nbytes) == "direct":
+                res = np.empty_like(x) if out is None else _output(out, x.shape, x.dtype, False)
+                _call(w, "allreduce", _direct_allreduce, w, x, res, plan)
+                return res
     return _call(w, "allreduce", _allreduce, w, x, op, out, algorithm, deterministic)
+
+
+def _direct_allreduce(w, x, res, plan):
+    code, opc, sig, _ = plan
+    direct.allreduce(w, x, res, code=code, op=opc, sig=sig ^ _DIRECT)
 
 
 def _allreduce(w, x, op, out, algorithm, deterministic):
@@ -231,7 +223,10 @@ def _allreduce(w, x, op, out, algorithm, deterministic):
     else:
         algo = algorithms.select("allreduce", arr.nbytes, w, algorithm, deterministic)
         if algorithm == "auto" and not deterministic:
-            w._allreduce_algo[arr.nbytes] = algo
+            memo = w._allreduce_algo
+            if len(memo) > 4096:
+                memo.clear()
+            memo[arr.nbytes] = algo
         algorithms.run("allreduce", algo, w, arr, res, code=code, op=opc,
                        sig=sig ^ algorithms.digest(algo))
     if avg:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from collectives import _native
-from test_tcp import SECRET
+from test_tcp import SECRET, tcp_client
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.skipif(not hasattr(socket, "TCP_CONGESTION"),
@@ -59,11 +59,8 @@ def connected_pair_congestion():
     srv = _native.Context(0, 1, 1)
     srv.set_secret(SECRET)
     port = srv.listen("127.0.0.1", 0)
-    cli = _native.Context(0, 2, 1)
+    cli = tcp_client(port, 10)
     try:
-        cli.set_secret(SECRET)
-        cli.set_timeout(10)
-        cli.connect_tcp(1, "127.0.0.1", port)
         seg = np.zeros(4096, np.uint8)
         key = srv.register(seg, 3)
         cli.put(1, key, 0, np.ones(8, np.uint8))  # the server end is served (tuned) by now
