@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from collectives import _native
-from test_tcp import HDR, _server_process, accept_authenticated, err, tcp_client
+from test_tcp import (HDR, SECRET, _registrations, _server_process, accept_authenticated, err,
+                      frame, raw_client, tcp_client)
 from test_tcp import pair  # noqa: F401  (the fixture)
 
 QUIET = 24          # PT_TCP_OP_PUT_NOTIFY_QUIET
@@ -305,3 +306,80 @@ def test_a_peers_get_is_served_soon_after_the_waiting_rank_read_its_frames():
     assert longest < 100, said
     if getattr(_native, "PLATFORM", "linux") == "linux":
         assert sum(int(h) for _, h in said) > 0, said       # the waiting ranks read frames
+
+
+@pytest.mark.skipif(getattr(_native, "PLATFORM", "linux") != "linux",
+                    reason="waiting ranks read their peers' sockets only with the linux profile")
+def test_a_frame_cut_off_halfway_holds_its_waiting_rank_no_longer_than_its_timeout():
+    """A world peer's frame stops halfway (a partition, a stopped peer) while this rank waits
+    for it and reads the socket itself: the wait fails at its own timeout, not at the
+    socket's (PT_TCP_IO_TIMEOUT, 10 s; a partition test's allreduce once took that long).
+    The rest of the frame, once it comes, lands with its counter moved once, and the frames
+    behind it are read in order: the stream stays in step."""
+    ctx = _native.Context(0, 2, 1)
+    ctx.set_secret(SECRET)
+    ctx.set_timeout(10)
+    port = ctx.listen("127.0.0.1", 0)
+    seg, mem, key, *_ = _registrations(ctx)
+    ctx.connect_tcp(1, "127.0.0.1", port)        # rank 1 is over tcp (never dialed here)
+    s, ok = raw_client(port, rank=1)
+    try:
+        assert ok
+        words = mem[:64].view(np.int64)
+        words[:] = 0
+        data = np.random.default_rng(3).integers(0, 256, 200_000, np.uint8)
+        skey = key - (1 << 64) if key >= 1 << 63 else key     # (a is signed on the wire)
+        wire = frame(QUIET, key=key, off=4096, ln=8 + data.size, a=skey, b=8) + \
+            struct.pack("<q", 1) + data.tobytes()
+        half = 64 + 8 + data.size // 2
+        for part, wait in ((wire[:half], 1.0), (b"", 0.2)):
+            # the rank waits (and reads) before the part comes: it is its reader then
+            got = []
+
+            def waiter():
+                t0 = time.monotonic()
+                try:
+                    ctx.wait_local(mem, 8, 1, 1, wait)
+                    got.append(("ok", time.monotonic() - t0))
+                except _native.Error as e:
+                    got.append((e.args[0], time.monotonic() - t0))
+
+            t = threading.Thread(target=waiter)
+            t.start()
+            time.sleep(0.1)
+            s.sendall(part)
+            t.join(30)
+            assert got and got[0][0] == _native.ERR_TIMEOUT, got
+            assert got[0][1] < wait + 1.0, got
+            assert words[1] == 0
+        s.sendall(wire[half:] + frame(QUIET, key=key, off=0, ln=8, a=skey, b=8) +
+                  struct.pack("<q", 2))
+        ctx.wait_local(mem, 8, 3, 1, 10)
+        assert np.array_equal(mem[4096:4096 + data.size], data)
+        assert words[1] == 3
+        assert ctx.tcp_stats()["bad_frames"] == 0
+        # deregistered between two parts: the rest is read and dropped, the counter stays,
+        # the refusal is counted, and the next frame lands
+        place = mem[65536:65536 + data.size]
+        place[:] = 0
+        k2 = ctx.register(place, 3)
+        wire = frame(QUIET, key=k2, off=0, ln=8 + data.size, a=skey, b=16) + \
+            struct.pack("<q", 1) + data.tobytes()
+        refused = ctx.tcp_stats()["quiet_refused"]
+        t = threading.Thread(target=lambda: pytest.raises(_native.Error, ctx.wait_local,
+                                                          mem, 16, 1, 1, 0.5))
+        t.start()
+        time.sleep(0.1)
+        s.sendall(wire[:half])
+        t.join(30)
+        ctx.deregister(k2)
+        s.sendall(wire[half:] + frame(QUIET, key=key, off=0, ln=8, a=skey, b=8) +
+                  struct.pack("<q", 1))
+        ctx.wait_local(mem, 8, 4, 1, 10)
+        assert words[2] == 0
+        assert ctx.tcp_stats()["quiet_refused"] == refused + 1
+        assert not place[half:].any()            # (what came before the cut may have landed)
+        assert ctx.tcp_stats()["bad_frames"] == 0
+    finally:
+        s.close()
+        ctx.close()

@@ -66,35 +66,44 @@ void pt__tcp_sleep_unlocked(pt_tcp_sconn_t *c)
     }
 }
 
-/* Serve the next PUT_NOTIFY_QUIET frame waiting on c (the helper holds rd): 1 when one was,
- * 0 when nothing is there yet (or only part of a header), -1 when the next input is not one
- * (another request, the end, an error): the thread reads that once the helper gives the
- * token back. The header and its value are peeked, then read with the payload. A frame cut
- * short breaks the stream: the connection is shut down and its thread ends it. */
+/* Serve what has come of the next PUT_NOTIFY_QUIET frame on c, or of the one begun (the
+ * helper holds rd): 1 when a frame is all in, 0 when it is not yet (or nothing, or only part
+ * of a header, is there), -1 when the next input is not one (another request, the end, an
+ * error): the thread reads that once the helper gives the token back. A frame is never waited
+ * for here: its rank waits with its own deadline, and the rest of a frame cut off by a
+ * partition is read by whoever holds the token next (pt_tcp_part_t). The header and its value
+ * are peeked, then read with the payload. A broken stream is shut down; its thread ends it. */
 static int help_one(pt_tcp_sconn_t *c)
 {
     pt_tcp_server_t *srv = c->srv;
-    uint8_t hb[PT_TCP_HDR + 8];
-    ssize_t got = recv(c->fd, hb, sizeof(hb), MSG_PEEK | MSG_DONTWAIT);
-    if (got < PT_TCP_HDR) {
-        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    serve_t *s = c->s;
+    if (!s->part.on) {
+        uint8_t hb[PT_TCP_HDR + 8];
+        ssize_t got = recv(c->fd, hb, sizeof(hb), MSG_PEEK | MSG_DONTWAIT);
+        if (got < PT_TCP_HDR) {
+            if (got == 0 ||
+                (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                return -1;
+            return 0;
+        }
+        pt_tcp_hdr_t h;
+        pt__hdr_unpack(hb, &h);
+        if (h.op != PT_TCP_OP_PUT_NOTIFY_QUIET || !pt__tcp_valid_request(&h))
             return -1;
-        return 0;
+        if (got < (ssize_t)sizeof(hb))
+            return 0; /* the value still arriving */
+        atomic_fetch_add(&srv->requests, 1);
+        pt__tcp_part_begin(s, &h, hb);
     }
-    pt_tcp_hdr_t h;
-    pt__hdr_unpack(hb, &h);
-    if (h.op != PT_TCP_OP_PUT_NOTIFY_QUIET || !pt__tcp_valid_request(&h))
-        return -1;
-    if (got < (ssize_t)sizeof(hb))
-        return 0; /* the value still arriving */
-    atomic_fetch_add(&srv->requests, 1);
-    if (pt__tcp_serve_put_notify(c->s, &h, hb) < 0) {
+    int r = pt__tcp_part_read(s, 0);
+    if (r < 0) {
         atomic_fetch_add(&srv->bad_frames, 1);
         shutdown(c->fd, SHUT_RDWR);
         return -1;
     }
-    atomic_fetch_add(&srv->helped, 1);
-    return 1;
+    if (r > 0)
+        atomic_fetch_add(&srv->helped, 1);
+    return r;
 }
 
 #define HELP_CONNS 8

@@ -133,33 +133,14 @@ static int64_t bump(uint8_t *p, int64_t v)
     return old;
 }
 
-/* A helper's frame whose header and value are still in the socket (peeked): consumed here
- * with as much of the payload as has come, in one read. */
-static int recv_peeked(serve_t *s, uint8_t *p, size_t n)
-{
-    uint8_t head[PT_TCP_HDR + 8];
-    struct iovec iov[2] = {{head, sizeof(head)}, {p, p ? n : 0}};
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
-    ssize_t r = recvmsg(s->fd, &m, MSG_DONTWAIT);
-    if (r < (ssize_t)sizeof(head))
-        return -1; /* (the helper saw those bytes: nobody else reads this socket) */
-    atomic_fetch_add(&s->srv->bytes_in, (uint64_t)r);
-    size_t got = (size_t)r - sizeof(head);
-    if (!p)
-        return discard(s, n);
-    return got == n ? 0 : recv_payload(s, p + got, n - got);
-}
-
 /* A put whose bytes are all in memory before the counter (a, b) moves (tcp_proto.h). Both
  * targets are checked before anything is written: a refusal changes nothing. PUT_NOTIFY_QUIET
  * is not answered: a refusal is only counted. */
-int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *peeked)
+static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
 {
     pt_ctx_t *ctx = s->ctx;
     uint8_t vb[8], *p = NULL, *ctr = NULL;
-    if (peeked)
-        memcpy(vb, peeked + PT_TCP_HDR, sizeof(vb));
-    else if (recv_bytes(s, vb, sizeof(vb)) < 0)
+    if (recv_bytes(s, vb, sizeof(vb)) < 0)
         return -1;
     uint64_t n = h->len - 8;
     int64_t old = 0;
@@ -168,8 +149,7 @@ int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *p
     pt_status_t st = pt__reg_local(ctx, h->key, h->off, (size_t)n, 1, &p, &in_seg);
     if (st == PT_OK)
         st = counter(ctx, (uint64_t)h->a, (uint64_t)h->b, &ctr);
-    int rc = peeked ? recv_peeked(s, st == PT_OK ? p : NULL, (size_t)n)
-             : st == PT_OK ? recv_payload(s, p, (size_t)n) : discard(s, n);
+    int rc = st == PT_OK ? recv_payload(s, p, (size_t)n) : discard(s, n);
     int64_t v = (int64_t)pt__le_get(vb, 8);
     /* a frame of a longer quiet put before its last adds nothing: no wake-up either */
     if (rc == 0 && st == PT_OK && (v || h->op != PT_TCP_OP_PUT_NOTIFY_QUIET))
@@ -183,6 +163,81 @@ int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *p
         return 0;
     }
     return reply(s, h, st, old);
+}
+
+void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *hb)
+{
+    s->part = (pt_tcp_part_t){.h = *h, .v = (int64_t)pt__le_get(hb + PT_TCP_HDR, 8),
+                              .head = PT_TCP_HDR + 8, .st = PT_OK, .on = 1};
+}
+
+/* What has come of s->part, without waiting: 0, or -1 when the stream broke. The header and
+ * value (peeked) come out with the first payload bytes, in one read. */
+static int part_take(serve_t *s, uint8_t *p, uint64_t n)
+{
+    pt_tcp_part_t *q = &s->part;
+    uint8_t head[PT_TCP_HDR + 8], junk[16384];
+    while (q->head || q->done < n) {
+        size_t want = (size_t)(n - q->done);
+        if (!p && want > sizeof(junk))
+            want = sizeof(junk);
+        struct iovec iov[2] = {{head, q->head}, {p ? p : junk, want}};
+        struct msghdr m = {.msg_iov = q->head ? iov : iov + 1, .msg_iovlen = q->head ? 2 : 1};
+        ssize_t r = recvmsg(s->fd, &m, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (r <= 0)
+            return -1;
+        atomic_fetch_add(&s->srv->bytes_in, (uint64_t)r);
+        size_t h = (size_t)r < q->head ? (size_t)r : q->head;
+        q->head -= (uint32_t)h;
+        q->done += (uint64_t)r - h;
+        if (p)
+            p += (size_t)r - h;
+    }
+    return 0;
+}
+
+int pt__tcp_part_read(serve_t *s, int wait)
+{
+    pt_tcp_part_t *q = &s->part;
+    pt_ctx_t *ctx = s->ctx;
+    uint64_t n = q->h.len - 8;
+    uint8_t *p = NULL, *ctr = NULL, head[PT_TCP_HDR + 8];
+    int in_seg, rc;
+    pthread_rwlock_rdlock(&ctx->serve_lock);
+    /* the place of the rest, looked up again: a deregistration between two parts refuses
+     * the rest (read and dropped) */
+    if (q->st == PT_OK)
+        q->st = pt__reg_local(ctx, q->h.key, q->h.off + q->done, (size_t)(n - q->done), 1,
+                              &p, &in_seg);
+    if (q->st == PT_OK)
+        q->st = counter(ctx, (uint64_t)q->h.a, (uint64_t)q->h.b, &ctr);
+    if (q->st != PT_OK)
+        p = NULL;
+    if (!wait) {
+        rc = part_take(s, p, n);
+    } else {
+        rc = q->head ? recv_bytes(s, head, q->head) : 0;
+        uint64_t left = n - q->done;
+        if (rc == 0 && left)
+            rc = p ? recv_payload(s, p, (size_t)left) : discard(s, left);
+        if (rc == 0)
+            q->head = 0, q->done = n;
+    }
+    if (rc == 0 && !q->head && q->done == n) {
+        /* a frame of a longer quiet put before its last adds nothing: no wake-up either */
+        if (q->st == PT_OK && q->v)
+            bump(ctr, q->v);
+        else if (q->st != PT_OK)
+            atomic_fetch_add(&s->srv->quiet_refused, 1);
+        q->on = 0;
+        rc = 1;
+    }
+    pthread_rwlock_unlock(&ctx->serve_lock);
+    return rc;
 }
 
 static int serve_atomic(serve_t *s, const pt_tcp_hdr_t *h)
@@ -382,6 +437,16 @@ static void *serve_main(void *arg)
             }
             continue; /* (what woke us may have been read by a helper already) */
         }
+        if (s.part.on) { /* a frame a helper began: the rest of it first */
+            if (pt__tcp_part_read(&s, 1) < 0) {
+                if (!atomic_load(&srv->stopping))
+                    atomic_fetch_add(&srv->bad_frames, 1);
+                clean = atomic_load(&srv->stopping);
+                break;
+            }
+            quiet = 1;
+            continue;
+        }
         /* wait for the next header in recv itself (one system call a request, no poll);
          * the socket's receive timeout brings us back here to look at stopping */
         ssize_t n = recv(c->fd, hb, sizeof(hb), MSG_WAITALL);
@@ -421,7 +486,7 @@ static void *serve_main(void *arg)
         case PT_TCP_OP_PUT: rc = serve_put(&s, &h); break;
         case PT_TCP_OP_PUT_INDEXED: rc = serve_put_indexed(&s, &h); break;
         case PT_TCP_OP_PUT_NOTIFY:
-        case PT_TCP_OP_PUT_NOTIFY_QUIET: rc = pt__tcp_serve_put_notify(&s, &h, NULL); break;
+        case PT_TCP_OP_PUT_NOTIFY_QUIET: rc = serve_put_notify(&s, &h); break;
         default: rc = serve_atomic(&s, &h); break;
         }
         if (rc < 0) {

@@ -43,6 +43,19 @@ typedef struct pt_tcp_server {
     uint64_t incarnation;       /* random, told in every HELLO: a restarted server differs */
 } pt_tcp_server_t;
 
+/* A quiet frame read in parts: a helper reads only what has come (its rank waits with a
+ * deadline of its own, and a frame cut off by a partition would otherwise hold it for the
+ * socket's PT_TCP_IO_TIMEOUT); whoever holds rd next reads on, the helper's next wait or the
+ * thread. */
+typedef struct {
+    pt_tcp_hdr_t h;
+    int64_t v;                  /* its value, added to its counter once all of it is in */
+    uint64_t done;              /* payload bytes in */
+    uint32_t head;              /* bytes of header and value (peeked) still in the socket */
+    pt_status_t st;             /* PT_OK, or the refusal: the rest is read and dropped */
+    int on;
+} pt_tcp_part_t;
+
 /* One served connection's state while its thread runs. */
 typedef struct serve {
     pt_tcp_server_t *srv;
@@ -55,12 +68,15 @@ typedef struct serve {
     uint8_t *scratch;           /* put_indexed payloads, grown up to PT_TCP_MAX_PAYLOAD */
     size_t scratch_len;
     double hs_deadline;         /* > 0 during the handshake: when it must be over */
+    pt_tcp_part_t part;         /* (rd) a helper's frame not all read yet */
 } serve_t;
 
-/* Serve one PUT_NOTIFY or PUT_NOTIFY_QUIET whose header was read (peeked NULL), or whose
- * header and value a helper peeked (peeked: those PT_TCP_HDR + 8 bytes, still in the
- * socket): 0, or -1 when the connection is to end. */
-int pt__tcp_serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *peeked);
+/* Begin s->part: the PUT_NOTIFY_QUIET whose header and value a helper peeked (hb: those
+ * PT_TCP_HDR + 8 bytes, still in the socket). */
+void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *hb);
+/* Read on in s->part: all of it (wait: as the thread reads) or what has come (a helper).
+ * 1: all of it is in and its counter moved; 0: some is still to come; -1: the stream broke. */
+int pt__tcp_part_read(serve_t *s, int wait);
 /* Whether a request header is well formed (magic, op, a length that op allows). */
 int pt__tcp_valid_request(const pt_tcp_hdr_t *h);
 
