@@ -66,14 +66,14 @@ void pt__tcp_sleep_unlocked(pt_tcp_sconn_t *c)
     }
 }
 
-/* Serve what has come of the next PUT_NOTIFY_QUIET frame on c, or of the one begun (the
- * helper holds rd): 1 when a frame is all in, 0 when it is not yet (or nothing, or only part
- * of a header, is there), -1 when the next input is not one (another request, the end, an
- * error): the thread reads that once the helper gives the token back. A frame is never waited
- * for here: its rank waits with its own deadline, and the rest of a frame cut off by a
- * partition is read by whoever holds the token next (pt_tcp_part_t). The header and its value
+/* Serve the next PUT_NOTIFY_QUIET frame on c, or the one begun (the helper holds rd), as far
+ * as it comes before `until`: 1 when a frame is all in, 0 when it is not yet (or nothing, or
+ * only part of a header, is there), -1 when the next input is not one (another request, the
+ * end, an error): the thread reads that once the helper gives the token back. A frame is
+ * never waited for past `until`: its rank waits with a deadline of its own, and the rest of a
+ * frame cut off by a partition is read by whoever holds the token next (pt_tcp_part_t). The header and its value
  * are peeked, then read with the payload. A broken stream is shut down; its thread ends it. */
-static int help_one(pt_tcp_sconn_t *c)
+static int help_one(pt_tcp_sconn_t *c, double until)
 {
     pt_tcp_server_t *srv = c->srv;
     serve_t *s = c->s;
@@ -95,7 +95,7 @@ static int help_one(pt_tcp_sconn_t *c)
         atomic_fetch_add(&srv->requests, 1);
         pt__tcp_part_begin(s, &h, hb);
     }
-    int r = pt__tcp_part_read(s, 0);
+    int r = pt__tcp_part_read(s, until);
     if (r < 0) {
         atomic_fetch_add(&srv->bad_frames, 1);
         shutdown(c->fd, SHUT_RDWR);
@@ -149,7 +149,7 @@ int pt__tcp_help(pt_ctx_t *ctx, int rank, const void *counter, int64_t value, do
             /* every frame there: a slot's release behind this call's message is read now,
              * not left in the socket until the next wait */
             int r;
-            while ((r = help_one(mine[i])) > 0)
+            while ((r = help_one(mine[i], t0 + slice)) > 0)
                 more = 1;
             stop = r < 0;
         }

@@ -171,12 +171,14 @@ void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *hb)
                               .head = PT_TCP_HDR + 8, .st = PT_OK, .on = 1};
 }
 
-/* What has come of s->part, without waiting: 0, or -1 when the stream broke. The header and
- * value (peeked) come out with the first payload bytes, in one read. */
-static int part_take(serve_t *s, uint8_t *p, uint64_t n)
+/* What comes of s->part while it streams in, polled as pt__tcp_recv_spin polls (up to the
+ * spin time since the last bytes), never past `until`: 0, or -1 when the stream broke. The
+ * header and value (peeked) come out with the first payload bytes, in one read. */
+static int part_take(serve_t *s, uint8_t *p, uint64_t n, double until)
 {
     pt_tcp_part_t *q = &s->part;
     uint8_t head[PT_TCP_HDR + 8], junk[16384];
+    double spin = pt__spin_seconds(), last = pt__now();
     while (q->head || q->done < n) {
         size_t want = (size_t)(n - q->done);
         if (!p && want > sizeof(junk))
@@ -186,10 +188,16 @@ static int part_take(serve_t *s, uint8_t *p, uint64_t n)
         ssize_t r = recvmsg(s->fd, &m, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            double now = pt__now();
+            if (now - last >= spin || now >= until)
+                return 0;
+            pt__relax(now - last);
+            continue;
+        }
         if (r <= 0)
             return -1;
+        last = pt__now();
         atomic_fetch_add(&s->srv->bytes_in, (uint64_t)r);
         size_t h = (size_t)r < q->head ? (size_t)r : q->head;
         q->head -= (uint32_t)h;
@@ -200,7 +208,7 @@ static int part_take(serve_t *s, uint8_t *p, uint64_t n)
     return 0;
 }
 
-int pt__tcp_part_read(serve_t *s, int wait)
+int pt__tcp_part_read(serve_t *s, double until)
 {
     pt_tcp_part_t *q = &s->part;
     pt_ctx_t *ctx = s->ctx;
@@ -217,8 +225,8 @@ int pt__tcp_part_read(serve_t *s, int wait)
         q->st = counter(ctx, (uint64_t)q->h.a, (uint64_t)q->h.b, &ctr);
     if (q->st != PT_OK)
         p = NULL;
-    if (!wait) {
-        rc = part_take(s, p, n);
+    if (until >= 0) {
+        rc = part_take(s, p, n, until);
     } else {
         rc = q->head ? recv_bytes(s, head, q->head) : 0;
         uint64_t left = n - q->done;
@@ -438,7 +446,7 @@ static void *serve_main(void *arg)
             continue; /* (what woke us may have been read by a helper already) */
         }
         if (s.part.on) { /* a frame a helper began: the rest of it first */
-            if (pt__tcp_part_read(&s, 1) < 0) {
+            if (pt__tcp_part_read(&s, -1) < 0) {
                 if (!atomic_load(&srv->stopping))
                     atomic_fetch_add(&srv->bad_frames, 1);
                 clean = atomic_load(&srv->stopping);

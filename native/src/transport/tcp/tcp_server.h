@@ -74,9 +74,10 @@ typedef struct serve {
 /* Begin s->part: the PUT_NOTIFY_QUIET whose header and value a helper peeked (hb: those
  * PT_TCP_HDR + 8 bytes, still in the socket). */
 void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *hb);
-/* Read on in s->part: all of it (wait: as the thread reads) or what has come (a helper).
- * 1: all of it is in and its counter moved; 0: some is still to come; -1: the stream broke. */
-int pt__tcp_part_read(serve_t *s, int wait);
+/* Read on in s->part: all of it (until < 0: as the thread reads) or what comes before
+ * `until` (pt__now; a helper). 1: all of it is in and its counter moved; 0: some is still to
+ * come; -1: the stream broke. */
+int pt__tcp_part_read(serve_t *s, double until);
 /* Whether a request header is well formed (magic, op, a length that op allows). */
 int pt__tcp_valid_request(const pt_tcp_hdr_t *h);
 
