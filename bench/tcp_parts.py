@@ -270,11 +270,13 @@ def part_allreduce(a):
                 raise SystemExit(f"{name} allreduce of {nbytes} B gave wrong values")
         calls = {}
         for name, op in ops.items():     # calls per batch: about target_ms, slowest rank
-            comm.Barrier()
-            t0 = time.perf_counter()
-            op()
-            one = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            calls[name] = max(1, min(10000, int(a.target_ms / 1e3 / max(one, 1e-7))))
+            ones = []                    # (the least of three: a first call is cold, and
+            for _ in range(3):           # batches sized by it would be short)
+                comm.Barrier()
+                t0 = time.perf_counter()
+                op()
+                ones.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+            calls[name] = max(1, min(10000, int(a.target_ms / 1e3 / max(min(ones), 1e-7))))
         per = {name: [] for name in ops}
         for r in range(a.repeats):
             for name, op in common.rotated(ops.items(), r):
