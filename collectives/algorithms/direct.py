@@ -28,7 +28,7 @@ AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
 # namespaces on 2 cores (tests/netns.py; MPI's sockets on the same congestion control as ours),
 # ring against direct in alternating jobs: 768 KiB 0.23 against 0.18 ms, 1 MiB 0.29-0.36
 # against 0.20 (one native exchange: a net slot holds 1 MiB), 2 MiB 0.57-0.62 against
-# 0.56-0.58 (two chunks), 3 MiB 0.65-0.69 against 0.66-0.74; bench/README.md.
+# 0.56-0.58 (two chunks), 3 MiB 0.65-0.69 against 0.66-0.74; bench/tcp.md.
 # A partition inside a direct call can let one rank complete it while its peer gives it up;
 # collectives/calls.py brings the two back in step (tests/test_recovery.py,
 # tests/test_partition.py).
