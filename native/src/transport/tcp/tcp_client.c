@@ -466,8 +466,8 @@ static pt_status_t tcp_put_notify(pt_ctx_t *ctx, int rank, uint64_t key, uint64_
 }
 
 /* Write the frames of one quiet put on c (its send lock held): head then src at off, in
- * frames of at most PT_TCP_QUIET_FRAME bytes, the notify with the last one (the frames before it add
- * 0: the target neither bumps nor wakes). 0: all written; 1: nothing went (c was dead
+ * frames of at most PT_TCP_QUIET_FRAME bytes, the notify with the last one (the frames before
+ * it add 0: the target neither bumps nor wakes). 0: all written; 1: nothing went (c was dead
  * already); -1 with errno: the stream broke after *sent bytes went. */
 static int quiet_frames(pt_tcp_conn_t *c, uint64_t key, uint64_t off, const uint8_t *head,
                         size_t hlen, const uint8_t *src, size_t len, uint64_t nkey,
@@ -505,8 +505,8 @@ static int quiet_frames(pt_tcp_conn_t *c, uint64_t key, uint64_t off, const uint
 
 /* PUT_NOTIFY_QUIET (pt_put_notify_quiet_head): written here, under the connection's send lock
  * like every frame (so it never splits another one), and nothing waited for: one frame, or
- * several in a row where head and bytes pass PT_TCP_QUIET_FRAME. No request takes a slot: no reply
- * comes, so neither the receiver thread nor a waiter wakes for it. The write has the
+ * several in a row where head and bytes pass PT_TCP_QUIET_FRAME. No request takes a slot: no
+ * reply comes, so neither the receiver thread nor a waiter wakes for it. The write has the
  * context's timeout: a peer that stopped reading fills the socket, and a frame cut short
  * breaks the stream, so the connection then fails (the next call dials again). */
 static pt_status_t tcp_put_notify_quiet(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off,

@@ -70,9 +70,10 @@ void pt__tcp_sleep_unlocked(pt_tcp_sconn_t *c)
  * as it comes before `until`: 1 when a frame is all in, 0 when it is not yet (or nothing, or
  * only part of a header, is there), -1 when the next input is not one (another request, the
  * end, an error): the thread reads that once the helper gives the token back. A frame is
- * never waited for past `until`: its rank waits with a deadline of its own, and the rest of a
- * frame cut off by a partition is read by whoever holds the token next (pt_tcp_part_t). The header and its value
- * are peeked, then read with the payload. A broken stream is shut down; its thread ends it. */
+ * never waited for past `until`: its rank waits with a deadline of its own, and the rest of
+ * a frame cut off by a partition is read by whoever holds the token next (pt_tcp_part_t).
+ * The header and its value are peeked, then read with the payload. A broken stream is shut
+ * down; its thread ends it. */
 static int help_one(pt_tcp_sconn_t *c, double until)
 {
     pt_tcp_server_t *srv = c->srv;
@@ -93,7 +94,7 @@ static int help_one(pt_tcp_sconn_t *c, double until)
         if (got < (ssize_t)sizeof(hb))
             return 0; /* the value still arriving */
         atomic_fetch_add(&srv->requests, 1);
-        pt__tcp_part_begin(s, &h, hb);
+        pt__tcp_part_begin(s, &h, (int64_t)pt__le_get(hb + PT_TCP_HDR, 8), sizeof(hb));
     }
     int r = pt__tcp_part_read(s, until);
     if (r < 0) {

@@ -138,37 +138,18 @@ static int64_t bump(uint8_t *p, int64_t v)
  * is not answered: a refusal is only counted. */
 static int serve_put_notify(serve_t *s, const pt_tcp_hdr_t *h)
 {
-    pt_ctx_t *ctx = s->ctx;
-    uint8_t vb[8], *p = NULL, *ctr = NULL;
+    uint8_t vb[8];
     if (recv_bytes(s, vb, sizeof(vb)) < 0)
         return -1;
-    uint64_t n = h->len - 8;
-    int64_t old = 0;
-    pthread_rwlock_rdlock(&ctx->serve_lock);
-    int in_seg;
-    pt_status_t st = pt__reg_local(ctx, h->key, h->off, (size_t)n, 1, &p, &in_seg);
-    if (st == PT_OK)
-        st = counter(ctx, (uint64_t)h->a, (uint64_t)h->b, &ctr);
-    int rc = st == PT_OK ? recv_payload(s, p, (size_t)n) : discard(s, n);
-    int64_t v = (int64_t)pt__le_get(vb, 8);
-    /* a frame of a longer quiet put before its last adds nothing: no wake-up either */
-    if (rc == 0 && st == PT_OK && (v || h->op != PT_TCP_OP_PUT_NOTIFY_QUIET))
-        old = bump(ctr, v);
-    pthread_rwlock_unlock(&ctx->serve_lock);
-    if (rc < 0)
+    pt__tcp_part_begin(s, h, (int64_t)pt__le_get(vb, 8), 0);
+    if (pt__tcp_part_read(s, -1) < 0)
         return -1;
-    if (h->op == PT_TCP_OP_PUT_NOTIFY_QUIET) {
-        if (st != PT_OK)
-            atomic_fetch_add(&s->srv->quiet_refused, 1);
-        return 0;
-    }
-    return reply(s, h, st, old);
+    return h->op == PT_TCP_OP_PUT_NOTIFY_QUIET ? 0 : reply(s, h, s->part.st, s->part.old);
 }
 
-void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *hb)
+void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, int64_t v, uint32_t head)
 {
-    s->part = (pt_tcp_part_t){.h = *h, .v = (int64_t)pt__le_get(hb + PT_TCP_HDR, 8),
-                              .head = PT_TCP_HDR + 8, .st = PT_OK, .on = 1};
+    s->part = (pt_tcp_part_t){.h = *h, .v = v, .head = head, .st = PT_OK, .on = 1};
 }
 
 /* What comes of s->part while it streams in, polled as pt__tcp_recv_spin polls (up to the
@@ -236,10 +217,11 @@ int pt__tcp_part_read(serve_t *s, double until)
             q->head = 0, q->done = n;
     }
     if (rc == 0 && !q->head && q->done == n) {
+        int quiet = q->h.op == PT_TCP_OP_PUT_NOTIFY_QUIET;
         /* a frame of a longer quiet put before its last adds nothing: no wake-up either */
-        if (q->st == PT_OK && q->v)
-            bump(ctr, q->v);
-        else if (q->st != PT_OK)
+        if (q->st == PT_OK && (q->v || !quiet))
+            q->old = bump(ctr, q->v);
+        else if (q->st != PT_OK && quiet)
             atomic_fetch_add(&s->srv->quiet_refused, 1);
         q->on = 0;
         rc = 1;

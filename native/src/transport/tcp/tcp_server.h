@@ -43,13 +43,14 @@ typedef struct pt_tcp_server {
     uint64_t incarnation;       /* random, told in every HELLO: a restarted server differs */
 } pt_tcp_server_t;
 
-/* A quiet frame read in parts: a helper reads only what has come (its rank waits with a
- * deadline of its own, and a frame cut off by a partition would otherwise hold it for the
- * socket's PT_TCP_IO_TIMEOUT); whoever holds rd next reads on, the helper's next wait or the
- * thread. */
+/* A PUT_NOTIFY or PUT_NOTIFY_QUIET being read, in parts where a helper began it: a helper
+ * reads only what has come (its rank waits with a deadline of its own, and a frame cut off by
+ * a partition would otherwise hold it for the socket's PT_TCP_IO_TIMEOUT); whoever holds rd
+ * next reads on, the helper's next wait or the thread. The thread reads its own in one go. */
 typedef struct {
     pt_tcp_hdr_t h;
     int64_t v;                  /* its value, added to its counter once all of it is in */
+    int64_t old;                /* the counter before that (a PUT_NOTIFY's answer) */
     uint64_t done;              /* payload bytes in */
     uint32_t head;              /* bytes of header and value (peeked) still in the socket */
     pt_status_t st;             /* PT_OK, or the refusal: the rest is read and dropped */
@@ -71,9 +72,9 @@ typedef struct serve {
     pt_tcp_part_t part;         /* (rd) a helper's frame not all read yet */
 } serve_t;
 
-/* Begin s->part: the PUT_NOTIFY_QUIET whose header and value a helper peeked (hb: those
- * PT_TCP_HDR + 8 bytes, still in the socket). */
-void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, const uint8_t *hb);
+/* Begin s->part: the frame whose header is h and value v, `head` bytes of them (a helper's
+ * peek) still in the socket. */
+void pt__tcp_part_begin(serve_t *s, const pt_tcp_hdr_t *h, int64_t v, uint32_t head);
 /* Read on in s->part: all of it (until < 0: as the thread reads) or what comes before
  * `until` (pt__now; a helper). 1: all of it is in and its counter moved; 0: some is still to
  * come; -1: the stream broke. */
