@@ -167,5 +167,7 @@ int pt_py_add_channel(PyObject *m)
         return -1;
     if (PyModule_AddIntConstant(m, "TCP_FRAME", PT_TCP_CHUNK) < 0)
         return -1;
+    if (PyModule_AddIntConstant(m, "TCP_QUICKACK_MIN", PT_TCP_QUICKACK_MIN) < 0)
+        return -1;
     return PyModule_AddIntConstant(m, "TCP_QUIET_FRAME", PT_TCP_QUIET_FRAME);
 }

@@ -147,6 +147,15 @@ enum {
 /* Seconds a helper whose frame came leaves a connection's socket to the next wait of its rank
  * before the connection's thread takes it back (tcp_server.c). */
 #define PT_TCP_LINGER 0.002
+/* A quiet put's last frame of at least this many bytes is acknowledged as soon as it is read
+ * (TCP_QUICKACK), not with the reader's next data. Both ranks of a collective send, so the
+ * kernel delays its acknowledgements to ride on data (its "pingpong" mode); the last frame
+ * before a pause (a training step's compute) was then acknowledged only after the pause, the
+ * sender took the pause for a round trip, and its smoothed round-trip time (22 us across
+ * tests/netns.py's namespaces) went to 0.4-0.8 ms. Cubic and reno size their sends by it:
+ * the next 30 or so calls of 64 KiB took 2-5x as long. Smaller frames showed no such slowdown
+ * and pay for the extra acknowledgement (4 KiB: 14-19 us a call against 12-14). */
+#define PT_TCP_QUICKACK_MIN (32 * 1024)
 /* The congestion controls a socket asks for, in order (tcp_common.c's congestion) */
 #define PT_TCP_CONGESTION "cubic,reno"
 /* The whole handshake (HELLO, AUTH, AUTH_OK) must be over within this many seconds. */

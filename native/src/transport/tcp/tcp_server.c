@@ -12,6 +12,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +225,12 @@ int pt__tcp_part_read(serve_t *s, double until)
             q->old = bump(ctr, q->v);
         else if (q->st != PT_OK && quiet)
             atomic_fetch_add(&s->srv->quiet_refused, 1);
+#ifdef TCP_QUICKACK
+        if (quiet && q->v && q->h.len >= PT_TCP_QUICKACK_MIN) { /* (see there) */
+            int one = 1;
+            (void)setsockopt(s->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+        }
+#endif
         q->on = 0;
         rc = 1;
     }
