@@ -31,8 +31,10 @@ for MPI's batches, which need it there; for ours and the socket's it sleeps, as 
 server does. When no netmod runs, ours and the socket are measured the same way by two plain
 processes. Across namespaces (tests/netns.py's ptns0 -> ptns1 over a veth pair; needs root,
 else skipped with the reason) also float32 sum allreduce on 2 ranks: collectives.allreduce
-against Comm.Allreduce, interleaved in one MPMD job per netmod (`mpiexec -n 1 ip netns exec
-ptns0 ... : -n 1 ip netns exec ptns1 ...`), the ratio again per job from paired repeats.
+against Comm.Allreduce and a plain socket's allreduce (C code exchanges the whole input both
+ways from one thread, then numpy adds), interleaved in one MPMD job per netmod (`mpiexec -n 1
+ip netns exec ptns0 ... : -n 1 ip netns exec ptns1 ...`), the ratios again per job from
+paired repeats.
 
 Prints the tables with ratios (ours/socket, ours/MPI per netmod), and writes
 DIR/tcp[-quick].json (every figure, the machine, which MPI netmods worked), .txt and .png.
@@ -349,6 +351,8 @@ def report(links, allreduce, sizes, notes):
             for j, nm in enumerate(ok):
                 summary[f"netns allreduce: ours/mpi-{nm} time, geomean"] = common.geomean(
                     row[3 + 3 * j] for row in rows)
+            if all("socket" in x for r in ok.values() for x in r["allreduce"].values()):
+                out.append(socket_table(ok, first, summary))
     out.append("")
     out += notes
     out.append("\nsummary (aims at >= 1 MiB: get/put ours/socket >= 1.0 on loopback, ours/MPI "
@@ -357,6 +361,31 @@ def report(links, allreduce, sizes, notes):
     out += [f"  {k}: {v:.2f}" if isinstance(v, float) else f"  {k}: {v}"
             for k, v in summary.items()]
     return "\n".join(out), summary
+
+
+def socket_table(ok, first, summary):
+    """The allreduce against a plain socket's (the whole input exchanged by C code, then
+    numpy's add): what ours and MPI's add to, or save on, the simplest exchange of the same
+    bytes (two ranks: no algorithm moves fewer)."""
+    head = ["size"]
+    for nm in ok:
+        head += [f"socket ms ({nm} job)", "ours/socket", f"mpi-{nm}/socket"]
+    rows = []
+    for s in sorted(first, key=int):
+        row = [human_size(int(s))]
+        for r in ok.values():
+            x = r["allreduce"][s]
+            row += [x["socket"]["seconds"] * 1e3, x["ours/socket time"], x["mpi/socket time"]]
+        rows.append(row)
+    big = [i for i, s in enumerate(sorted(first, key=int)) if int(s) >= 1 << 20]
+    for j, nm in enumerate(ok):
+        if big:
+            summary[f"netns allreduce >= 1 MiB: mpi-{nm}/socket time, geomean"] = \
+                common.geomean(rows[i][3 + 3 * j] for i in big)
+    return ("\n[netns] the same allreduce by a plain socket (C code exchanges the whole input "
+            "both ways at once from one thread, then numpy adds), ms per call, and time "
+            "ratios to it from paired repeats (< 1: faster than the plain socket)\n" +
+            common.format_table(head, rows))
 
 
 def plot(path, links, allreduce, sizes, title):
@@ -394,6 +423,9 @@ def plot(path, links, allreduce, sizes, title):
                     r["allreduce"][s]["ours"]["algbw_gbps"] for s in ss])
                 lines[f"MPI {nm} Allreduce"] = ([int(s) for s in ss], [
                     r["allreduce"][s]["mpi"]["algbw_gbps"] for s in ss])
+                if all("socket" in r["allreduce"][s] for s in ss):
+                    lines[f"plain socket ({nm} job)"] = ([int(s) for s in ss], [
+                        r["allreduce"][s]["socket"]["algbw_gbps"] for s in ss])
         panels.append(("netns: allreduce, 2 ranks", "algbw GB/s", lines))
     if not panels:
         return

@@ -7,7 +7,8 @@
              order rotated from repeat to repeat, against the same target process.
   target,    the same two roles as two plain processes, with no MPI (when no MPI netmod runs):
   client     ours against the socket peer only.
-  allreduce  an MPMD job across namespaces: collectives.allreduce and Comm.Allreduce.
+  allreduce  an MPMD job across namespaces: collectives.allreduce, Comm.Allreduce and a plain
+             socket's allreduce.
 
 How the target takes part. Ours and the socket peer are served by threads of the target
 process (our native server threads; the C peer's thread), its Python asleep meanwhile in a
@@ -63,7 +64,10 @@ def peer_lib():
                        "pp_serve": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
                        "pp_connect": [ctypes.c_char_p, ctypes.c_int],
                        "pp_get": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
-                       "pp_put": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]}.items():
+                       "pp_put": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
+                       "pp_accept": [ctypes.c_int],
+                       "pp_exchange": [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                       ctypes.c_size_t]}.items():
         getattr(lib, name).argtypes = args
         getattr(lib, name).restype = ctypes.c_int
     return lib
@@ -246,23 +250,50 @@ def part_mpi(a):
 
 # ---- allreduce across namespaces -------------------------------------------------------------
 
+def socket_pair(comm):
+    """A plain tcp connection between the two ranks (rank 0 listens at its POOLTENSOR_LISTEN
+    address), through the C peer's calls: the allreduce part's plain contender."""
+    lib = peer_lib()
+    host = comm.bcast(os.environ.get("POOLTENSOR_LISTEN", "127.0.0.1"))
+    if comm.rank == 0:
+        lfd = lib.pp_listen(host.encode(), 0)
+        comm.bcast(lib.pp_port(lfd))
+        fd = lib.pp_accept(lfd)
+        os.close(lfd)
+    else:
+        fd = lib.pp_connect(host.encode(), comm.bcast(None))
+    if fd < 0:
+        raise SystemExit("the plain socket between the ranks could not be made")
+    return lib, fd
+
+
 def part_allreduce(a):
-    """Under an MPMD mpiexec across namespaces: collectives.allreduce and Comm.Allreduce,
-    interleaved (the order rotated from repeat to repeat), each batch after a barrier; a
-    batch's time is the slowest rank's."""
+    """Under an MPMD mpiexec across namespaces: collectives.allreduce, Comm.Allreduce and a
+    plain socket's allreduce (the whole input exchanged in C, then numpy's add: the simplest
+    exchange of the fewest bytes two ranks can move), interleaved (the order rotated
+    from repeat to repeat), each batch after a barrier; a batch's time is the slowest rank's."""
     from mpi4py import MPI
     import collectives
     comm = MPI.COMM_WORLD
     world = collectives.init()
+    lib, fd = socket_pair(comm) if comm.size == 2 else (None, -1)
     sizes = [int(s) for s in a.sizes.split(",")]
     x = np.ones(max(sizes) // 4, np.float32)
     y = np.empty_like(x)
+    z = np.empty_like(x)
     res = {}
     for nbytes in sizes:
         n = nbytes // 4
-        xs, ys = x[:n], y[:n]
+        xs, ys, zs = x[:n], y[:n], z[:n]
+
+        def plain():
+            if lib.pp_exchange(fd, xs.ctypes.data, zs.ctypes.data, nbytes):
+                raise SystemExit("the plain socket's exchange failed")
+            np.add(xs, zs, out=ys)
         ops = {"ours": lambda: collectives.allreduce(xs, out=ys),
                "mpi": lambda: comm.Allreduce(xs, ys)}
+        if fd >= 0:
+            ops["socket"] = plain
         for name, op in ops.items():
             ys[:] = 0
             op()
@@ -291,9 +322,15 @@ def part_allreduce(a):
                                    "algbw_gbps": nbytes / float(np.median(v)) / 1e9}
                             for name, v in per.items()}
         res[str(nbytes)]["ours/mpi time"] = common.median_ratio(per["ours"], per["mpi"])
+        if "socket" in per:
+            for name in ("ours", "mpi"):
+                res[str(nbytes)][f"{name}/socket time"] = common.median_ratio(
+                    per[name], per["socket"])
         say("allreduce", human_size(nbytes), res[str(nbytes)]["ours"]["seconds"])
     if comm.rank == 0:
         emit({"allreduce": res, "transports": world.transports})
+    if fd >= 0:
+        os.close(fd)
     world.barrier()
 
 

@@ -4,6 +4,8 @@
  * No framing, no checks: what the kernel's tcp and memcpy allow for one connection. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -108,4 +110,35 @@ int pp_put(int fd, const char *src, size_t n) {
     uint64_t req[2] = {1, n}, ack;
     struct iovec v[2] = {{req, sizeof req}, {(void *)src, n}};
     return wrv(fd, v, 2) || rd(fd, &ack, 8) ? -1 : 0;
+}
+/* One connection accepted from lfd (the allreduce part's plain-socket contender). */
+int pp_accept(int lfd) {
+    int fd = accept(lfd, NULL, NULL);
+    if (fd >= 0) nodelay(fd);
+    return fd;
+}
+/* Send n bytes of src and receive n into dst at once, as a two-rank allreduce must (each
+ * rank's whole input to the other: the fewest bytes any algorithm moves for two ranks), from
+ * one thread with non-blocking calls and poll, as MPI libraries progress a socket. -1 on an
+ * error or after 10 s without progress. */
+int pp_exchange(int fd, const char *src, char *dst, size_t n) {
+    size_t out = 0, in = 0;
+    while (out < n || in < n) {
+        int moved = 0;
+        if (out < n) {
+            ssize_t k = send(fd, src + out, n - out, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (k > 0) out += (size_t)k, moved = 1;
+            else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+        }
+        if (in < n) {
+            ssize_t k = recv(fd, dst + in, n - in, MSG_DONTWAIT);
+            if (k > 0) in += (size_t)k, moved = 1;
+            else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
+        }
+        if (!moved) {
+            struct pollfd p = {fd, (short)((in < n ? POLLIN : 0) | (out < n ? POLLOUT : 0)), 0};
+            if (poll(&p, 1, 10000) <= 0) return -1;
+        }
+    }
+    return 0;
 }
