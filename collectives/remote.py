@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 
-from . import _native, counters
+from . import _native, counters, env
 from . import control as _ctl
 from .errors import BootstrapError, PeerLost, PooltensorError, Timeout
 from .rendezvous.bootstrap import parse_address
@@ -354,10 +354,10 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
     if len(set(addrs)) != len(addrs):
         raise ValueError(f"connect= names a server twice: {addrs}")
     secret = load_secret(secret_file)
-    timeout = float(os.environ.get("POOLTENSOR_TIMEOUT", "60")) if timeout is None \
+    timeout = env.number("POOLTENSOR_TIMEOUT", 60.0, float) if timeout is None \
         else float(timeout)
     if threads is None:
-        threads = int(os.environ.get("POOLTENSOR_PROGRESS_THREADS", "1"))
+        threads = env.number("POOLTENSOR_PROGRESS_THREADS", 1)
     conns = []
     ctx = None
     try:

@@ -15,7 +15,7 @@ import time
 
 import msgpack
 
-from . import _native, counters, transport
+from . import _native, counters, env, transport
 from .log import logger as _log
 from . import log as _logging
 from .transport import verbs as verbs_py
@@ -31,7 +31,7 @@ STORE_SLICE = 0.2   # seconds between checks for lost peers in a barrier through
 
 
 def _env_timeout():
-    return float(os.environ.get("POOLTENSOR_TIMEOUT", "60"))
+    return env.number("POOLTENSOR_TIMEOUT", 60.0, float)
 
 
 class World(counters.Counted, LocalMemory):
@@ -46,7 +46,7 @@ class World(counters.Counted, LocalMemory):
         self._seq = 0
         self._lock = threading.Lock()
         self._segments = {}
-        threads = int(os.environ.get("POOLTENSOR_PROGRESS_THREADS", "1"))
+        threads = env.number("POOLTENSOR_PROGRESS_THREADS", 1)
         self._ctx = _native.Context(self.rank, self.size, threads)
         self._ctx.set_timeout(self.timeout)
         self._calls = None
@@ -393,8 +393,8 @@ class World(counters.Counted, LocalMemory):
         team = self._teams.get(which)
         if team is None:
             ranks = list(range(self.size)) if which == "world" else list(self.local_ranks)
-            slot = int(os.environ.get("POOLTENSOR_SLOT_BYTES", 256 * 1024))
-            nslots = int(os.environ.get("POOLTENSOR_SLOTS", 4))
+            slot = env.number("POOLTENSOR_SLOT_BYTES", 256 * 1024)
+            nslots = env.number("POOLTENSOR_SLOTS", 4)
             stage = self.alloc(_native.stage_bytes(slot, nslots))
             key = self._ctx.register(stage, 3)
             epoch = self._calls.epoch

@@ -5,15 +5,15 @@ of collective under a name. select() chooses one from the message size and the t
 `algorithm=` or POOLTENSOR_ALGO override the choice. The thresholds come from bench/collectives.py
 runs (see bench/README.md).
 """
-import os
 
+from .. import env
 from ..errors import TransportError
 from ..world import FORCED_ALGO, current
 
 _REGISTRY = {}   # (kind, name) -> function
 
 # Thresholds measured with bench/collectives.py (float32 sum, 2 and 4 ranks on one host).
-ONESHOT_MAX = int(os.environ.get("POOLTENSOR_ONESHOT_MAX", 64 * 1024))
+ONESHOT_MAX = env.number("POOLTENSOR_ONESHOT_MAX", 64 * 1024)
 # Recursive doubling wins over the ring for small messages once there are several hops.
 RECURSIVE_MAX = 32 * 1024
 # POOLTENSOR_ALGO, read once by the world (which needs it too, to let the team decide alone)

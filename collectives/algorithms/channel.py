@@ -69,7 +69,7 @@ from array import array
 
 import numpy as np
 
-from .. import _native
+from .. import _native, env
 from ..errors import CollectiveMismatch, PeerLost, PooltensorError, Timeout
 from ..window import raise_native
 
@@ -80,12 +80,12 @@ STAGE_MAX = 16 * 1024         # payloads up to this go with their header in one 
 # slot payload bytes: over shared memory 256 KiB; where some pair of ranks talks over the
 # network, larger (a chunk costs a message and a wake-up on each side, so large messages want
 # few of them; ring.step picks smaller chunks for smaller messages); the variable sets both
-_SLOT_ENV = os.environ.get("POOLTENSOR_CHANNEL_SLOT_BYTES")
-SLOT_BYTES = int(_SLOT_ENV or 256 * 1024)
-NET_SLOT_BYTES = int(_SLOT_ENV or 1024 * 1024)
-NSLOTS = int(os.environ.get("POOLTENSOR_CHANNEL_SLOTS", 4))
+_SLOT_ENV = env.number("POOLTENSOR_CHANNEL_SLOT_BYTES", None)
+SLOT_BYTES = _SLOT_ENV or 256 * 1024
+NET_SLOT_BYTES = _SLOT_ENV or 1024 * 1024
+NSLOTS = env.number("POOLTENSOR_CHANNEL_SLOTS", 4)
 # every rank gets slots at every other rank (direct.py's all-to-all) in worlds up to this size
-DIRECT_RANKS = int(os.environ.get("POOLTENSOR_DIRECT_RANKS", 8))
+DIRECT_RANKS = env.number("POOLTENSOR_DIRECT_RANKS", 8)
 FLUSH_AFTER = 0.0005          # seconds a wait spins before the releases owed are notified
 # chunks up to this many bytes go over tcp in one frame with their header (the native limit
 # of an unanswered frame, _native.TCP_QUIET_FRAME); larger ones in several, back to back

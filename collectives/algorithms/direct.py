@@ -15,9 +15,8 @@ Inputs larger than a slot go in slot-sized chunks, one exchange per chunk. Each 
 (p - 1) times its input, so select() picks these only for small messages and few ranks
 (DIRECT_MAX bytes sent per rank, channel.DIRECT_RANKS); an explicit algorithm="direct" runs at any size.
 """
-import os
 
-from .. import _native
+from .. import _native, env
 from . import channel, register, ring
 
 AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
@@ -32,7 +31,7 @@ AR, AG, BC = 14, 15, 16      # algorithm ids in message headers
 # A partition inside a direct call can let one rank complete it while its peer gives it up;
 # collectives/calls.py brings the two back in step (tests/test_recovery.py,
 # tests/test_partition.py).
-DIRECT_MAX = int(os.environ.get("POOLTENSOR_DIRECT_MAX", 1024 * 1024))
+DIRECT_MAX = env.number("POOLTENSOR_DIRECT_MAX", 1024 * 1024)
 
 
 def _others(g):

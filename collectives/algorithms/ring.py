@@ -8,12 +8,11 @@ Broadcast is a chain from the root, forwarded chunk by chunk, opened by a check 
 member's call with its neighbour and closed by an acknowledgement from the last member to the
 root and a commit from the root down the chain.
 """
-import os
 from itertools import zip_longest
 
 import numpy as np
 
-from .. import _native
+from .. import _native, env
 from . import channel, register
 
 AR, AG, RS, BC = 1, 2, 3, 4      # algorithm ids in message headers
@@ -42,7 +41,7 @@ def block_bounds(count, p, itemsize):
 # against 0.30-0.42 in 64 KiB ones (bench/tcp.py, three runs alternating). Sending each chunk
 # one ahead of the receive was slower (2 MiB 1.1-1.2x MPICH's time against 0.6-0.85x), so a
 # chunk goes once the one before it was received and used.
-NET_PIECES = int(os.environ.get("POOLTENSOR_RING_PIECES", 4))
+NET_PIECES = env.number("POOLTENSOR_RING_PIECES", 4)
 NET_CHUNK_MIN = 128 * 1024
 
 
