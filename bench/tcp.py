@@ -275,7 +275,7 @@ def report(links, allreduce, sizes, notes):
             if not _ok(r):
                 out.append(f"[{link}] the job with MPI {nm} did not run: {r.get('error')}")
         base_name, base = _base(L)
-        if base is None:
+        if not _ok(base):
             out.append(f"[{link}] ours/socket did not run: {(L.get('pair') or {}).get('error')}")
             continue
         jobs = {nm: r for nm, r in L["jobs"].items() if _ok(r)}

@@ -354,8 +354,20 @@ def parse(argv=None):
 def main(argv=None):
     a = parse(argv)
     common.VERBOSE = a.verbose
-    {"mpi": part_mpi, "target": part_target, "client": part_client,
-     "allreduce": part_allreduce}[a.part](a)
+    run = {"mpi": part_mpi, "target": part_target, "client": part_client,
+           "allreduce": part_allreduce}[a.part]
+    if a.part not in ("mpi", "allreduce"):
+        return run(a)
+    try:
+        run(a)
+    except BaseException:
+        # a rank that fails ends the job now: its peer would otherwise wait inside MPI for
+        # it (a broadcast, a barrier) until the bench's own timeout, 15 minutes
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        from mpi4py import MPI
+        MPI.COMM_WORLD.Abort(1)
 
 
 if __name__ == "__main__":
