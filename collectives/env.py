@@ -17,3 +17,8 @@ def number(name, default, kind=int):
     except ValueError:
         what = "an integer" if kind is int else "a number"
         raise ValueError(f"environment variable {name}={raw!r} is not {what}") from None
+
+
+def progress_threads():
+    """Progress threads of a native context ($POOLTENSOR_PROGRESS_THREADS)."""
+    return number("POOLTENSOR_PROGRESS_THREADS", 1)

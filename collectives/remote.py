@@ -27,6 +27,7 @@ from . import _native, counters, env
 from . import control as _ctl
 from .errors import BootstrapError, PeerLost, PooltensorError, Timeout
 from .rendezvous.bootstrap import parse_address
+from .rendezvous.store import default_timeout
 from .window import LocalMemory, Window, raise_native
 
 ENV_CONNECT = "POOLTENSOR_CONNECT"
@@ -354,10 +355,9 @@ def connect(servers, *, secret_file=None, memory=None, timeout=None, threads=Non
     if len(set(addrs)) != len(addrs):
         raise ValueError(f"connect= names a server twice: {addrs}")
     secret = load_secret(secret_file)
-    timeout = env.number("POOLTENSOR_TIMEOUT", 60.0, float) if timeout is None \
-        else float(timeout)
+    timeout = default_timeout() if timeout is None else float(timeout)
     if threads is None:
-        threads = env.number("POOLTENSOR_PROGRESS_THREADS", 1)
+        threads = env.progress_threads()
     conns = []
     ctx = None
     try:

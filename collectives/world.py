@@ -30,15 +30,11 @@ FORCED_ALGO = os.environ.get("POOLTENSOR_ALGO", "").strip()   # one algorithm fo
 STORE_SLICE = 0.2   # seconds between checks for lost peers in a barrier through the store
 
 
-def _env_timeout():
-    return env.number("POOLTENSOR_TIMEOUT", 60.0, float)
-
-
 class World(counters.Counted, LocalMemory):
     """The ranks of one job. Made by collectives.init(); do not build one directly."""
 
     def __init__(self, boot, timeout=None):
-        self.timeout = _env_timeout() if timeout is None else float(timeout)
+        self.timeout = _store.default_timeout() if timeout is None else float(timeout)
         self.rank, self.size = boot.rank, boot.size
         self.how = boot.how
         self._boot = boot
@@ -46,7 +42,7 @@ class World(counters.Counted, LocalMemory):
         self._seq = 0
         self._lock = threading.Lock()
         self._segments = {}
-        threads = env.number("POOLTENSOR_PROGRESS_THREADS", 1)
+        threads = env.progress_threads()
         self._ctx = _native.Context(self.rank, self.size, threads)
         self._ctx.set_timeout(self.timeout)
         self._calls = None

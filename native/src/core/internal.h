@@ -153,6 +153,9 @@ pt_status_t pt__resolve(pt_ctx_t *ctx, int rank, uint64_t key, uint64_t off, siz
  * are (rma.c, tcp_server.c). */
 extern _Atomic int pt__asleep;
 double pt__now(void);
+/* $name as a whole number, dflt when unset or empty, clamped to [lo, hi] (status.c): the one
+ * reading of the native layer's numeric knobs. */
+long pt__env_long(const char *name, long dflt, long lo, long hi);
 /* How long a waiter polls before it blocks (pt_set_spin, $POOLTENSOR_SPIN_US). */
 double pt__spin_seconds(void);
 /* Called while polling: after a few microseconds, give the core to whoever else is runnable

@@ -6,6 +6,13 @@
 
 #include "core/internal.h"
 
+long pt__env_long(const char *name, long dflt, long lo, long hi)
+{
+    const char *e = getenv(name);
+    long v = e && *e ? atol(e) : dflt;
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
 const char *pt_status_str(pt_status_t st)
 {
     switch (st) {

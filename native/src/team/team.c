@@ -16,6 +16,7 @@
  * member can read every other (cma_probe).
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,12 +83,8 @@ size_t pt_team_stage_bytes(size_t slot_bytes, int nslots)
     return PT_STAGE_HDR + 2 * (size_t)nslots * slot_bytes;
 }
 
-/* A size from the environment; unset or empty: dflt (as the Python side reads its own). */
-static size_t env_size(const char *name, size_t dflt)
-{
-    const char *e = getenv(name);
-    return e && *e ? (size_t)strtoull(e, NULL, 10) : dflt;
-}
+/* a size from the environment (pt__env_long: unset or empty is dflt) */
+#define team_env(name, dflt) ((size_t)pt__env_long((name), (long)(dflt), 0, LONG_MAX))
 
 pt_status_t pt_team_create(pt_ctx_t *ctx, const int *ranks, int n, const uint64_t *keys,
                            size_t slot_bytes, int nslots, pt_team_t **out)
@@ -110,13 +107,13 @@ pt_status_t pt_team_create(pt_ctx_t *ctx, const int *ranks, int n, const uint64_
     t->me = -1;
     t->slot = slot_bytes;
     t->nslots = nslots;
-    t->oneshot_max = env_size("POOLTENSOR_ONESHOT_MAX", 64 * 1024);
+    t->oneshot_max = team_env("POOLTENSOR_ONESHOT_MAX", 64 * 1024);
     t->cma = -1;
     const char *env = getenv("POOLTENSOR_TEAM_CMA");
     t->cma_allowed = !(env && strcmp(env, "0") == 0);
-    t->cma_min = env_size("POOLTENSOR_TEAM_CMA_MIN", CMA_MIN);
-    t->cma_ar_min = env_size("POOLTENSOR_TEAM_CMA_ALLREDUCE_MIN", CMA_AR_MIN);
-    t->cma_max = env_size("POOLTENSOR_TEAM_CMA_MAX", CMA_MAX);
+    t->cma_min = team_env("POOLTENSOR_TEAM_CMA_MIN", CMA_MIN);
+    t->cma_ar_min = team_env("POOLTENSOR_TEAM_CMA_ALLREDUCE_MIN", CMA_AR_MIN);
+    t->cma_max = team_env("POOLTENSOR_TEAM_CMA_MAX", CMA_MAX);
     size_t len = pt_team_stage_bytes(slot_bytes, nslots);
     for (int i = 0; i < n; i++) {
         uint8_t *p;

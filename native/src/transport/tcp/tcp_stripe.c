@@ -22,21 +22,15 @@
  * connection's bytes (up to 2.8x), at 2 MiB and often at 8 MiB fewer (0.6-1.0x: a part's
  * threads cost more than they bring), so a part is 4 MiB at least and a transfer goes over 4
  * connections (3 and 4 tied; bench/README.md). */
-static long env_long(const char *name, long dflt, long lo, long hi)
-{
-    const char *e = getenv(name);
-    long v = e && *e ? atol(e) : dflt;
-    return v < lo ? lo : v > hi ? hi : v;
-}
-
 int pt__tcp_stripes_for(pt_ctx_t *ctx, size_t len)
 {
     int s = atomic_load_explicit(&ctx->tcp_stripes, memory_order_relaxed);
     size_t part = atomic_load_explicit(&ctx->tcp_stripe_part, memory_order_relaxed);
     if (!s || !part) {
-        s = (int)env_long("POOLTENSOR_TCP_STRIPES", PT_TCP_DEFAULT_STRIPES, 1, PT_TCP_MAX_STRIPES);
-        part = (size_t)env_long("POOLTENSOR_TCP_STRIPE_PART", PT_TCP_STRIPE_PART, PT_TCP_CHUNK,
-                                1L << 40);
+        s = (int)pt__env_long("POOLTENSOR_TCP_STRIPES", PT_TCP_DEFAULT_STRIPES, 1,
+                              PT_TCP_MAX_STRIPES);
+        part = (size_t)pt__env_long("POOLTENSOR_TCP_STRIPE_PART", PT_TCP_STRIPE_PART,
+                                    PT_TCP_CHUNK, 1L << 40);
         atomic_store_explicit(&ctx->tcp_stripe_part, part, memory_order_relaxed);
         atomic_store_explicit(&ctx->tcp_stripes, s, memory_order_relaxed);
     }
