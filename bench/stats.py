@@ -25,7 +25,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -76,25 +75,23 @@ def measure(a, win, ctx, key):
 
 
 def build_native():
-    """bench/stats_native.c built against native/'s sources: its path, or None without a C
-    compiler."""
+    """bench/stats_native.c built against native/'s sources (once per their content): its path,
+    or None without a C compiler."""
     root = os.path.dirname(HERE)
     profile = "linux" if sys.platform.startswith("linux") else "posix"
     srcs = [p for p in sorted(glob.glob(os.path.join(root, "native/src/**/*.c"), recursive=True))
             if not p.endswith(("platform/linux.c", "platform/posix.c"))]
     srcs.append(os.path.join(root, f"native/src/platform/{profile}.c"))
-    exe = os.path.join(tempfile.mkdtemp(prefix="pooltensor-bench-"), "stats_native")
     flags = ["-std=gnu11", "-O3", f"-DPT_PLATFORM_{profile.upper()}=1",
              "-I" + os.path.join(root, "native/include"), "-I" + os.path.join(root, "native/src")]
     if platform.machine() in ("x86_64", "AMD64"):
         flags.append("-DPT_X86=1")
     try:
-        subprocess.run([os.environ.get("CC", "cc"), *flags, "-o", exe,
-                        os.path.join(HERE, "stats_native.c"), *srcs, "-lpthread"],
-                       check=True, timeout=300, capture_output=True)
+        return common.built("stats-native", [os.path.join(HERE, "stats_native.c"), *srcs],
+                            flags, libs=["-lpthread"],
+                            deps=glob.glob(os.path.join(root, "native/**/*.h"), recursive=True))
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
         return None
-    return exe
 
 
 def native_cost(exe, quick, sample=None):

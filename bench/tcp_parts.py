@@ -22,13 +22,10 @@ inside MPI while ours is timed would take a core from our server threads.
 import argparse
 import contextlib
 import ctypes
-import hashlib
 import json
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -49,16 +46,8 @@ PEER_C = os.path.join(HERE, "tcp_peer.c")
 
 
 def peer_lib():
-    """The C socket peer (bench/tcp_peer.c), built once per source version (cc -O2) into the
-    temp folder."""
-    with open(PEER_C, "rb") as f:
-        tag = hashlib.sha1(f.read()).hexdigest()[:12]
-    path = os.path.join(tempfile.gettempdir(), f"pooltensor-bench-tcp-peer-{tag}.so")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}"
-        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-pthread",
-                        PEER_C, "-o", tmp], check=True, timeout=120)
-        os.replace(tmp, path)
+    """The C socket peer (bench/tcp_peer.c), built once per source version (cc -O2)."""
+    path = common.built("tcp-peer", [PEER_C], ["-O2", "-fPIC", "-pthread"], shared=True)
     lib = ctypes.CDLL(path)
     for name, args in {"pp_listen": [ctypes.c_char_p, ctypes.c_int], "pp_port": [ctypes.c_int],
                        "pp_serve": [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
