@@ -135,3 +135,11 @@ def run_env_ranks(n, script, *args, env=None, timeout=60):
 @pytest.fixture(params=["mpiexec", "launch"])
 def launcher(request):
     return request.param
+
+
+# (launcher, ranks) for multi-rank checks whose subject is not how ranks start (array
+# operations, the pool, collectives over forced tcp): each launcher once and 2 and 3 ranks once,
+# not all four pairs. How ranks start is the launcher's tests' and the collectives matrix's
+# concern (test_collectives.py), and the hypothesis checks draw fresh examples every run.
+PAIRED = [("launch", 3), ("mpiexec", 2)]
+PAIRED_RUNS = pytest.mark.parametrize("launcher,n", PAIRED, ids=[f"{la}-{n}" for la, n in PAIRED])

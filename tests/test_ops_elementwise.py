@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import ops_elementwise_cases as oc
 import pooltensor as pt
-from conftest import SLAB, check_ranks, pool_fixture, property_settings
+from conftest import SLAB, PAIRED_RUNS, check_ranks, pool_fixture, property_settings
 from pooltensor.ops import blocks, executor
 
 PROPS = property_settings("OPS_EXAMPLES", 120, "POOL_DERANDOMIZE")
@@ -391,7 +391,7 @@ def test_remote_operands_are_prefetched(pool):
 # -- SPMD ----------------------------------------------------------------------------------------
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("n", [2, 3])
+@PAIRED_RUNS
 def test_spmd_elementwise(launcher, n):
     p = check_ranks(launcher, n, "ops_elementwise_spmd.py", "40", timeout=220)
     assert p.stdout.count("ops elementwise spmd ok") == n, p.stdout

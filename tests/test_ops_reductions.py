@@ -14,7 +14,7 @@ from hypothesis import given
 
 import ops_reduce_cases as rc
 import pooltensor as pt
-from conftest import SLAB, check_ranks, pool_fixture, property_settings
+from conftest import SLAB, PAIRED_RUNS, check_ranks, pool_fixture, property_settings
 
 PROPS = property_settings("OPS_EXAMPLES", 150, "OPS_DERANDOMIZE")
 
@@ -148,7 +148,7 @@ def test_matmul_left_rows_placement_and_replica(pool):
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("n", [2, 3])
+@PAIRED_RUNS
 def test_spmd_reductions(launcher, n):
     p = check_ranks(launcher, n, "ops_reduce_spmd.py", "40", timeout=360)
     assert p.stdout.count("ops reduce spmd ok") == n, p.stdout

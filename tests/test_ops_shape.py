@@ -12,7 +12,7 @@ from hypothesis import given
 
 import ops_shape_cases as sc
 import pooltensor as pt
-from conftest import check_ranks, pool_fixture, property_settings
+from conftest import PAIRED_RUNS, check_ranks, pool_fixture, property_settings
 
 PROPS = property_settings("OPS_EXAMPLES", 150, "OPS_DERANDOMIZE")
 
@@ -87,7 +87,7 @@ def test_array_api_names(pool):
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("n", [2, 3])
+@PAIRED_RUNS
 def test_spmd_shapes(launcher, n):
     p = check_ranks(launcher, n, "ops_shape_spmd.py", "60", timeout=360)
     assert p.stdout.count("ops shape spmd ok") == n, p.stdout

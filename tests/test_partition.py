@@ -76,6 +76,13 @@ def check(text, code, timeout, healed_all_ok):
     return len(oks), len(errs)
 
 
+def run_for(seconds, timeout):
+    """How long a worker runs (the cut comes 1 s in): a short partition heals at 3 s and 4 s of
+    operations after it must all succeed; a long one heals at 10 s and 2 s more precede the
+    final check (which retries for up to FAULT_WORKER_FINAL s)."""
+    return 7 if seconds < timeout / 2 else 12
+
+
 def partition(pair, after, seconds):
     time.sleep(after)
     pair.cut()
@@ -94,7 +101,8 @@ def test_partition_during_one_sided_transfers(netns_pair, seconds):
     try:
         port, key = srv.stdout.readline().split()
         pair.throttle("200mbit")            # each 8 MiB get lasts ~0.3 s: cut mid-transfer
-        w = Worker(pair, 0, "rma", SECRET.hex(), pair.addrs[1], port, key, 8, timeout, 12)
+        w = Worker(pair, 0, "rma", SECRET.hex(), pair.addrs[1], port, key, 8, timeout,
+                   run_for(seconds, timeout))
         w.lines.wait("^ready", 60)
         partition(pair, 1.0, seconds)
         code, text = w.finish()
@@ -119,7 +127,8 @@ def test_partition_during_allreduce(netns_pair, seconds, count):
                       "POOLTENSOR_DIRECT_MAX": str(256 * 1024)})
         for v in ("POOLTENSOR_TRANSPORT", "POOLTENSOR_HOST", "POOLTENSOR_LISTEN"):
             e.pop(v, None)
-        ws.append(Worker(pair, r, "allreduce", count, timeout, 12, env_extra=e))
+        ws.append(Worker(pair, r, "allreduce", count, timeout, run_for(seconds, timeout),
+                         env_extra=e))
     for w in ws:
         w.lines.wait("^ready", 60)
     partition(pair, 1.0, seconds)
@@ -143,7 +152,7 @@ def test_partition_during_memory_server_reads(netns_pair, tmp_path, seconds):
     secret = make_secret(tmp_path)
     srv = ServerProc("64MiB", secret, host=pair.addrs[1], port=7000, ns=pair.names[1]).ready()
     try:
-        w = Worker(pair, 0, "server", srv.address, 16, timeout, 12,
+        w = Worker(pair, 0, "server", srv.address, 16, timeout, run_for(seconds, timeout),
                    env_extra={"POOLTENSOR_SECRET_FILE": secret})
         w.lines.wait("^ready", 60)
         partition(pair, 1.0, seconds)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from collectives import _native
-from conftest import SCRIPTS, check_ranks, run_env_ranks
+from conftest import PAIRED_RUNS, SCRIPTS, check_ranks, run_env_ranks
 
 SECRET = b"tcp-test-secret-0123456789abcdef"
 CHUNK = _native.TCP_FRAME        # a large transfer's frames (PT_TCP_CHUNK)
@@ -697,7 +697,7 @@ def test_dead_rank_in_a_collective_is_peer_lost_over_tcp(algo, n):
         assert codes[r] == 0 and "lost ok" in outs[r], "\n".join(outs)
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@PAIRED_RUNS
 def test_collectives_over_tcp(launcher, n):
     p = check_ranks(launcher, n, "coll_correct.py", "--quick",
                     env={**TCP, "POOLTENSOR_TIMEOUT": "20"}, timeout=600)
