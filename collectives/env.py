@@ -22,3 +22,19 @@ def number(name, default, kind=int):
 def progress_threads():
     """Progress threads of a native context ($POOLTENSOR_PROGRESS_THREADS)."""
     return number("POOLTENSOR_PROGRESS_THREADS", 1)
+
+
+# Numbers that only the native layer reads, with atol/atof: those take "1M" for 1 and "x" for 0
+# without a word. Checked once, as the native module loads, so a wrong one is named like the
+# rest (POOLTENSOR_TIMEOUT is the rendezvous' to check; the one-shot limit the algorithms').
+NATIVE = {"POOLTENSOR_TEAM_CMA_MIN": int, "POOLTENSOR_TEAM_CMA_ALLREDUCE_MIN": int,
+          "POOLTENSOR_TEAM_CMA_MAX": int, "POOLTENSOR_TCP_STRIPES": int,
+          "POOLTENSOR_TCP_STRIPE_PART": int, "POOLTENSOR_TCP_SOCKBUF": int,
+          "POOLTENSOR_STATS_SAMPLE": int, "POOLTENSOR_SPIN_US": float,
+          "POOLTENSOR_VERBS_RAILS": int, "POOLTENSOR_VERBS_GID": int}
+
+
+def check_native():
+    """ValueError naming the first of NATIVE set to something that is not a number."""
+    for name, kind in NATIVE.items():
+        number(name, None, kind)

@@ -1,5 +1,7 @@
 """What the native engine (collectives._native) was built with: its platform profile."""
-from . import _native
+from . import _native, env
+
+env.check_native()      # the numbers it reads for itself, named here when wrong
 
 _PROFILES = {
     "linux": {"segments": "memfd", "waits": "futex", "wakeups": "eventfd",

@@ -6,6 +6,8 @@ import contextlib
 import os
 import sys
 
+from collectives import env
+
 ENV = "POOLTENSOR_PROGRESS"
 ENV_MIN = "POOLTENSOR_PROGRESS_MIN"
 DEFAULT_MIN = 256 << 20
@@ -27,10 +29,7 @@ def enabled(mode=None):
 
 def threshold():
     """Bytes of array work from which a bar may show ($POOLTENSOR_PROGRESS_MIN)."""
-    try:
-        return int(os.environ.get(ENV_MIN, DEFAULT_MIN))
-    except ValueError:
-        return DEFAULT_MIN
+    return env.number(ENV_MIN, DEFAULT_MIN)
 
 
 class _Silent:

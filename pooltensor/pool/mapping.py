@@ -39,8 +39,8 @@ _warned = [False]
 
 def attach_default():
     """Whether same-machine heaps are mapped when init() is not told: $POOLTENSOR_ATTACH,
-    on unless it is '0' (or empty)."""
-    return os.environ.get("POOLTENSOR_ATTACH", "1") not in ("", "0")
+    on unless it is '0' (empty is unset, as for every variable)."""
+    return os.environ.get("POOLTENSOR_ATTACH", "").strip() != "0"
 
 
 def map_peers(pool, world, writes_ro):
@@ -93,7 +93,7 @@ def check_huge_pages(path=THP_SHMEM, kind=None):
     default collectives.native.segment_kind()). Returns whether it warned now."""
     if _warned[0] or not sys.platform.startswith("linux"):
         return False
-    if os.environ.get("POOLTENSOR_THP_WARNING", "1") in ("", "0"):
+    if os.environ.get("POOLTENSOR_THP_WARNING", "").strip() == "0":
         return False
     value = thp_setting(path)
     if value is None or value in THP_ON:

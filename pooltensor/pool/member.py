@@ -25,6 +25,7 @@ import sys
 import time
 
 import collectives
+from collectives import env
 from collectives.errors import PeerLost, Timeout
 
 from ..cache.populate import populate
@@ -35,7 +36,16 @@ MEMBER_CACHE = 64 << 20     # a member's slab cache: misaligned inputs faulted f
 ENV_PREPARE = "POOLTENSOR_PREPARE"
 PREPARE = 256 << 20         # fresh memory a member keeps ready past what plans have used
 IDLE = 0.02                 # seconds without a plan before a member prepares memory
-from .spawn import ENV_PARENT
+
+
+def prepare_bytes():
+    """$POOLTENSOR_PREPARE, or PREPARE; ValueError naming it when it is not a number (the
+    script checks it before it starts members: a member that failed on it would only be a
+    member that did not come)."""
+    return env.number(ENV_PREPARE, PREPARE)
+
+
+from .spawn import ENV_PARENT  # noqa: E402
 
 
 def _die_with_parent(parent):
@@ -100,10 +110,7 @@ class Ahead:
 
     def __init__(self, pool):
         self.pool = pool
-        try:
-            want = int(os.environ.get(ENV_PREPARE, "") or PREPARE)
-        except ValueError:
-            want = PREPARE
+        want = prepare_bytes()
         S = pool.slab_size
         cap = pool.capacity[pool.me]
         self.ahead = max(0, min(want, cap // 4)) // S

@@ -44,6 +44,8 @@ def start(n, *, slab_size, memory, timeout=None, cache_bytes=None):
     """Start members 1..n-1 and join them as rank 0: returns (processes, World, channels),
     channels a dict member -> channel.Channel (the plans' socket pair to that member)."""
     from collectives.launch import free_port
+    from .member import prepare_bytes
+    prepare_bytes()             # a wrong value named here, before any member starts
     port = free_port()
     coord = f"127.0.0.1:{port}"
     cfg = {"slab_size": int(slab_size), "memory": memory, "timeout": timeout,

@@ -17,12 +17,12 @@ that only the script's own children load.
 """
 import builtins
 import io
-import os
 import pickle
 import warnings
 
 import numpy as np
 
+from collectives import env
 from collectives.errors import PeerLost, Timeout
 
 from ..cache.layout import contiguous, extent
@@ -156,13 +156,7 @@ def refusal(text):
 def work_min():
     """Output bytes a member must home in an operation for it to compute them itself (below
     that the script does it: a round trip costs more than the work)."""
-    v = os.environ.get(ENV_MIN, "").strip()
-    if not v:
-        return WORK_MIN
-    try:
-        return max(0, int(v))
-    except ValueError:
-        raise ValueError(f"${ENV_MIN} must be a number of bytes, not {v!r}") from None
+    return max(0, env.number(ENV_MIN, WORK_MIN))
 
 
 def doers(pool, target, local_ok=False, inputs=None, written=True, weight=1.0):
