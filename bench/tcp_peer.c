@@ -36,13 +36,13 @@ static int wrv(int fd, struct iovec *v, int cnt) {
     return 0;
 }
 /* TCP_NODELAY, and the congestion control the tcp transport picks (POOLTENSOR_TCP_CONGESTION,
- * else the first of cubic and reno the kernel allows): the same kernel path as ours */
+ * default reno): the same kernel path as ours */
 static void nodelay(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     const char *e = getenv("POOLTENSOR_TCP_CONGESTION");
     char names[128], *save = NULL;
-    snprintf(names, sizeof names, "%s", e && *e ? e : "cubic,reno");
+    snprintf(names, sizeof names, "%s", e && *e ? e : "reno");
     if (!strcmp(names, "system")) return;
     for (char *n = strtok_r(names, ", ", &save); n; n = strtok_r(NULL, ", ", &save))
         if (!setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, n, (socklen_t)strlen(n))) return;

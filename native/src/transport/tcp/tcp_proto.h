@@ -157,7 +157,7 @@ enum {
  * and pay for the extra acknowledgement (4 KiB: 14-19 us a call against 12-14). */
 #define PT_TCP_QUICKACK_MIN (32 * 1024)
 /* The congestion controls a socket asks for, in order (tcp_common.c's congestion) */
-#define PT_TCP_CONGESTION "cubic,reno"
+#define PT_TCP_CONGESTION "reno"
 /* The whole handshake (HELLO, AUTH, AUTH_OK) must be over within this many seconds. */
 #define PT_TCP_HANDSHAKE_TIMEOUT 2.0
 /* Once a frame has started, the rest of it must arrive within this many
