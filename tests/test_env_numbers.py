@@ -91,3 +91,16 @@ def test_an_empty_switch_is_unset(monkeypatch):
     for raw, on in (("", True), (" ", True), ("1", True), ("0", False)):
         monkeypatch.setenv("POOLTENSOR_ATTACH", raw)
         assert mapping.attach_default() is on, raw
+
+
+@pytest.mark.timeout(60)
+def test_an_empty_spin_is_the_default_not_zero():
+    """The native layer read an empty POOLTENSOR_SPIN_US as 0 us (no polling at all). What
+    spin() gives for the default depends on the machine's load right then (5 us while it is
+    crowded), so the default only has to be above 0; 3 us is below that cap."""
+    code = "from collectives import _native; print(_native.spin())"
+    base = {k: v for k, v in __import__("os").environ.items() if k != "POOLTENSOR_SPIN_US"}
+    got = [subprocess.run([sys.executable, "-c", code], env={**base, **extra},
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+           for extra in ({}, {"POOLTENSOR_SPIN_US": ""}, {"POOLTENSOR_SPIN_US": "3"})]
+    assert float(got[0]) > 0 and float(got[1]) > 0 and float(got[2]) == 3.0, got

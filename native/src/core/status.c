@@ -127,7 +127,7 @@ double pt__spin_seconds(void)
     double s = atomic_load_explicit(&spin_seconds, memory_order_relaxed);
     if (s < 0) {
         const char *env = getenv("POOLTENSOR_SPIN_US");
-        double us = env ? atof(env) : 20.0;
+        double us = env && *env ? atof(env) : 20.0;     /* empty: unset, as everywhere */
         s = (us < 0 ? 0 : us) * 1e-6;
         atomic_store(&spin_seconds, s);
     }
