@@ -37,7 +37,7 @@ demo: $(STAMP)
 	$(BIN)/mpiexec -n 2 $(BIN)/python examples/jax_dp.py --steps 60
 
 test: $(STAMP)
-	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
+	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 	$(MAKE) test-posix
 
 # The posix profile (what macOS builds), built a second time into build/posix/pkg next to a

@@ -58,11 +58,11 @@ def test_the_pools_numbers_are_read_alike(monkeypatch):
     """The array layer's own numbers: empty is unset, a wrong one is named where it is used (it
     used to fall back to the default without a word)."""
     from pooltensor.cache import progress
-    from pooltensor.pool import member, work
+    from pooltensor.pool import spawn, work
     for name, read, default in (("POOLTENSOR_PROGRESS_MIN", progress.threshold,
                                  progress.DEFAULT_MIN),
                                 ("POOLTENSOR_MEMBER_WORK_MIN", work.work_min, work.WORK_MIN),
-                                ("POOLTENSOR_PREPARE", member.prepare_bytes, member.PREPARE)):
+                                ("POOLTENSOR_PREPARE", spawn.prepare_bytes, spawn.PREPARE)):
         monkeypatch.setenv(name, "")
         assert read() == default
         monkeypatch.setenv(name, "4096")

@@ -25,7 +25,6 @@ import sys
 import time
 
 import collectives
-from collectives import env
 from collectives.errors import PeerLost, Timeout
 
 from ..cache.populate import populate
@@ -33,19 +32,8 @@ from .channel import Channel
 from .pool import Pool
 
 MEMBER_CACHE = 64 << 20     # a member's slab cache: misaligned inputs faulted from its peers
-ENV_PREPARE = "POOLTENSOR_PREPARE"
-PREPARE = 256 << 20         # fresh memory a member keeps ready past what plans have used
 IDLE = 0.02                 # seconds without a plan before a member prepares memory
-
-
-def prepare_bytes():
-    """$POOLTENSOR_PREPARE, or PREPARE; ValueError naming it when it is not a number (the
-    script checks it before it starts members: a member that failed on it would only be a
-    member that did not come)."""
-    return env.number(ENV_PREPARE, PREPARE)
-
-
-from .spawn import ENV_PARENT  # noqa: E402
+from .spawn import ENV_PARENT, prepare_bytes
 
 
 def _die_with_parent(parent):

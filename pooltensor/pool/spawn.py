@@ -14,13 +14,23 @@ import threading
 import time
 
 import collectives
+from collectives import env
 
 from . import blas, channel
 
 ENV_PARENT = "POOLTENSOR_MEMBER_PARENT"
+ENV_PREPARE = "POOLTENSOR_PREPARE"
+PREPARE = 256 << 20         # fresh memory a member keeps ready past what plans have used
 _BOOT_VARS = ("POOLTENSOR_RANK", "POOLTENSOR_WORLD_SIZE", "POOLTENSOR_COORDINATOR",
               "POOLTENSOR_LOCAL_RANK", "POOLTENSOR_LOCAL_SIZE")
 _MPI_VARS = ("PMI_", "OMPI_", "PMIX_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "HYDRA_")
+
+
+def prepare_bytes():
+    """$POOLTENSOR_PREPARE, or PREPARE: what a member faults in ahead (member.py's Preparer).
+    ValueError naming it when it is not a number; start() checks it before any member starts,
+    as a member that failed on it would only be a member that did not come."""
+    return env.number(ENV_PREPARE, PREPARE)
 
 
 def _import_path():
@@ -44,7 +54,6 @@ def start(n, *, slab_size, memory, timeout=None, cache_bytes=None):
     """Start members 1..n-1 and join them as rank 0: returns (processes, World, channels),
     channels a dict member -> channel.Channel (the plans' socket pair to that member)."""
     from collectives.launch import free_port
-    from .member import prepare_bytes
     prepare_bytes()             # a wrong value named here, before any member starts
     port = free_port()
     coord = f"127.0.0.1:{port}"
