@@ -52,8 +52,8 @@ POSIX_PKG   := build/posix/pkg
 POSIX_TESTS := test_native_posix.py test_windows.py test_collectives.py test_pool.py test_tcp.py \
                test_tcp_stalls.py test_channel_native.py \
                test_stats.py
-POSIX_SKIP  := not launch-1 and not (launch-3 and not every_collective) and not launch-4 and not mpiexec-1 and \
-               not mpiexec-4 and not jax and not mismatch and not dtype_aliases and \
+POSIX_SKIP  := not launch-1 and not (launch-3 and not every_collective) and not launch-4 and \
+               not mpiexec-1 and not mpiexec-4 and not jax and not mismatch and not dtype_aliases and \
                not zero_dim and not collectives_over_tcp and not secret_file_and_listen
 
 $(POSIX_PKG)/.built: $(STAMP) $(SOURCES)

@@ -142,4 +142,12 @@ def launcher(request):
 # not all four pairs. How ranks start is the launcher's tests' and the collectives matrix's
 # concern (test_collectives.py), and the hypothesis checks draw fresh examples every run.
 PAIRED = [("launch", 3), ("mpiexec", 2)]
-PAIRED_RUNS = pytest.mark.parametrize("launcher,n", PAIRED, ids=[f"{la}-{n}" for la, n in PAIRED])
+
+
+def launch_runs(runs):
+    """Parametrize a test over (launcher, ranks) pairs, named as the launcher fixture's are
+    ("launch-3"): the posix profile's -k selection in the Makefile goes by these names."""
+    return pytest.mark.parametrize("launcher,n", runs, ids=[f"{la}-{n}" for la, n in runs])
+
+
+PAIRED_RUNS = launch_runs(PAIRED)

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from conftest import check_ranks, run_env_ranks, run_ranks
+from conftest import check_ranks, launch_runs, run_env_ranks, run_ranks
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(150)
 RUNS = [("launch", n) for n in (1, 2, 3, 4)] + [("mpiexec", n) for n in (1, 2)]
 
 
-@pytest.mark.parametrize("launcher,n", RUNS, ids=[f"{la}-{n}" for la, n in RUNS])
+@launch_runs(RUNS)
 def test_every_collective_against_numpy(launcher, n):
     """allreduce, reduce_scatter, allgather, broadcast: every algorithm, dtype, op and size
     (empty, one element, odd, several staging chunks, in place) equal numpy's, bitwise

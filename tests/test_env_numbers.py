@@ -1,6 +1,7 @@
 """POOLTENSOR_* numbers and switches: an empty value counts as unset (a launcher's
 `-env NAME ""` once made every rank of a job fail on import with a bare int() error), a wrong
 number is named."""
+import os
 import subprocess
 import sys
 
@@ -36,7 +37,7 @@ def test_the_collectives_import_with_every_number_empty_and_name_a_wrong_one():
              "POOLTENSOR_CHANNEL_SLOT_BYTES", *env.NATIVE]
     code = ("import collectives.algorithms as a, collectives.algorithms.direct as d, "
             "collectives.algorithms.channel as c; print(d.DIRECT_MAX, c.NET_SLOT_BYTES)")
-    base = {k: v for k, v in __import__("os").environ.items() if k not in names}
+    base = {k: v for k, v in os.environ.items() if k not in names}
     p = subprocess.run([sys.executable, "-c", code], env={**base, **{n: "" for n in names}},
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -77,8 +78,8 @@ def test_a_wrong_prepare_is_named_before_members_start():
     code = ("import pooltensor as pt\n"
             "try:\n    pt.init(members=2)\nexcept ValueError as e:\n    print('ERR', e)\n"
             "pool = pt.init(members=1)\nprint('AFTER', pool.size)\n")
-    env = {**__import__("os").environ, "POOLTENSOR_PREPARE": "lots"}
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+    environ = {**os.environ, "POOLTENSOR_PREPARE": "lots"}
+    p = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "ERR environment variable POOLTENSOR_PREPARE='lots' is not an integer" in p.stdout
@@ -99,7 +100,7 @@ def test_an_empty_spin_is_the_default_not_zero():
     spin() gives for the default depends on the machine's load right then (5 us while it is
     crowded), so the default only has to be above 0; 3 us is below that cap."""
     code = "from collectives import _native; print(_native.spin())"
-    base = {k: v for k, v in __import__("os").environ.items() if k != "POOLTENSOR_SPIN_US"}
+    base = {k: v for k, v in os.environ.items() if k != "POOLTENSOR_SPIN_US"}
     got = [subprocess.run([sys.executable, "-c", code], env={**base, **extra},
                           capture_output=True, text=True, timeout=60).stdout.strip()
            for extra in ({}, {"POOLTENSOR_SPIN_US": ""}, {"POOLTENSOR_SPIN_US": "3"})]
