@@ -29,6 +29,8 @@ pytestmark = pytest.mark.timeout(240)
 SECRET = b"partition-test-secret-0123456789"
 TYPED = {"Timeout", "PeerLost", "ConnectionDropped"}
 SLACK = 4.0          # seconds past the timeout an error may take on a loaded 2-core machine
+TIMEOUT = 5.0        # POOLTENSOR_TIMEOUT of the workers
+SHORT, LONG = 2.0, 7.0   # a partition under half the timeout, and one past it
 
 
 class Worker:
@@ -78,9 +80,9 @@ def check(text, code, timeout, healed_all_ok):
 
 def run_for(seconds, timeout):
     """How long a worker runs (the cut comes 1 s in): a short partition heals at 3 s and 4 s of
-    operations after it must all succeed; a long one heals at 10 s and 2 s more precede the
+    operations after it must all succeed; a long one heals at 8 s and 2 s more precede the
     final check (which retries for up to FAULT_WORKER_FINAL s)."""
-    return 7 if seconds < timeout / 2 else 12
+    return 7 if seconds < timeout / 2 else 10
 
 
 def partition(pair, after, seconds):
@@ -92,9 +94,9 @@ def partition(pair, after, seconds):
         pair.heal()
 
 
-@pytest.mark.parametrize("seconds", [2.0, 9.0])
+@pytest.mark.parametrize("seconds", [SHORT, LONG])
 def test_partition_during_one_sided_transfers(netns_pair, seconds):
-    pair, timeout = netns_pair, 6.0
+    pair, timeout = netns_pair, TIMEOUT
     srv = subprocess.Popen(pair.cmd(1, [sys.executable, str(SCRIPTS / "tcp_server.py"),
                                         SECRET.hex(), str(8 << 20), "0", pair.addrs[1]]),
                            env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -114,11 +116,11 @@ def test_partition_during_one_sided_transfers(netns_pair, seconds):
         srv.wait(20)
 
 
-@pytest.mark.parametrize("seconds,count", [(2.0, 1 << 16), (9.0, 1 << 16), (9.0, 1 << 12)])
+@pytest.mark.parametrize("seconds,count", [(SHORT, 1 << 16), (LONG, 1 << 16), (LONG, 1 << 12)])
 def test_partition_during_allreduce(netns_pair, seconds, count):
     """count float64: 512 KiB goes by the ring (direct collectives kept below it here), 32 KiB
     by the direct algorithm."""
-    pair, timeout = netns_pair, 6.0
+    pair, timeout = netns_pair, TIMEOUT
     port = random.randrange(20000, 60000)
     ws = []
     for r in range(2):
@@ -146,9 +148,9 @@ def test_partition_during_allreduce(netns_pair, seconds, count):
         assert errs >= 2                    # both ranks were caught in it, and said so
 
 
-@pytest.mark.parametrize("seconds", [2.0, 9.0])
+@pytest.mark.parametrize("seconds", [SHORT, LONG])
 def test_partition_during_memory_server_reads(netns_pair, tmp_path, seconds):
-    pair, timeout = netns_pair, 6.0
+    pair, timeout = netns_pair, TIMEOUT
     secret = make_secret(tmp_path)
     srv = ServerProc("64MiB", secret, host=pair.addrs[1], port=7000, ns=pair.names[1]).ready()
     try:

@@ -135,6 +135,20 @@ def test_slowloris_does_not_lock_out_clients(secret):
         s.stop()
 
 
+def test_silent_connection_is_dropped_at_the_deadline(secret):
+    """A connection that never sends a byte cannot hold the server: it is closed at the
+    handshake deadline (10 s by default; 1.5 here) and the log says why."""
+    s = start(secret, handshake_timeout=1.5)
+    try:
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+        assert ctl.recv_frame(sock)["hello"] == ctl.HELLO
+        took = lifetime(sock, 15)
+        assert took is not None and 1.0 <= took < 1.5 + 3, took
+        s.log.wait("did not authenticate within")
+    finally:
+        s.stop()
+
+
 def test_handshake_deadline_is_for_the_whole_handshake(secret):
     s = start(secret, handshake_timeout=1.5)
     try:

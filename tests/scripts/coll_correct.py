@@ -11,9 +11,11 @@ collectives.algorithms.DETERMINISTIC (float16/bfloat16 accumulated in float32, r
 and within a rounding bound for the others (which may round partial results to the dtype
 between steps). Ints, min and max are exact everywhere.
 
-argv: [--quick] (fewer sizes: every op x dtype x algorithm still, large sizes for float32
-only). Prints "coll ok <cases>" on success; lists every failed case and exits 1
-otherwise (the run carries on after a failed case, so one run reports them all).
+argv: [--quick] (for the runs over other transports, where the dtype only changes the
+kernel, which the full run on shared memory checks: fewer sizes, large ones for float32 only,
+one integer type per item size, every float type; every op x algorithm still). Prints
+"coll ok <cases>" on success; lists every failed case and exits 1 otherwise (the run carries
+on after a failed case, so one run reports them all).
 """
 import hashlib
 import sys
@@ -50,8 +52,9 @@ DETERMINISTIC = set(getattr(algorithms, "DETERMINISTIC", {"oneshot", "twoshot", 
 SMALL = [0, 1, 3, 1023]
 MEDIUM = [16411]
 LARGE = 300_000
-if QUICK:   # every op x dtype x algorithm still; fewer sizes, large ones for float32 only
+if QUICK:   # every op x algorithm still; fewer sizes and integer types (see the docstring)
     SMALL = [0, 1, 1023]
+    DTYPES = [np.dtype(t) for t in ("int8", "uint16", "int32", "uint64")] + FLOATS
 
 failures = []
 digests = []          # sha1 of every result, in case order: compared across ranks at the end
