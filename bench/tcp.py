@@ -209,6 +209,50 @@ def run_allreduce(a, sizes):
     return res
 
 
+# The kernel's counters that tell a disturbed run: segments sent again, and of those the ones
+# the receivers reported back as duplicates (DSACK: the first copy had arrived, the resend was
+# needless; the stack then undoes most of its window cut, not all of the time lost). Across
+# the namespaces such needless resends come from reordering on the veth link (a sender that
+# moves between CPUs queues its packets on two CPUs' backlogs): the stack takes it for loss
+# and cuts its window, everyone's window alike, and a size's figures drop 2-5x (bench/tcp.md).
+COUNTERS = (("Tcp", "RetransSegs"), ("TcpExt", "TCPDSACKRecvSegs"))
+
+
+def tcp_counters(spaces=(None,)):
+    """{counter: sum over the namespaces} from /proc/net/snmp and netstat (None: this one)."""
+    got = dict.fromkeys((n for _, n in COUNTERS), 0)
+    for ns in spaces:
+        cmd = (["ip", "netns", "exec", ns] if ns else []) + ["cat", "/proc/net/snmp",
+                                                             "/proc/net/netstat"]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if p.returncode != 0:       # no /proc/net (not Linux): nothing to say
+            return None
+        lines = p.stdout.splitlines()
+        for head, vals in zip(lines[::2], lines[1::2]):
+            head, vals = head.split(), vals.split()
+            for group, name in COUNTERS:
+                if head[0] == group + ":" and name in head:
+                    got[name] += int(vals[head.index(name)])
+    return got
+
+
+def counted(notes, what, spaces, fn, *args):
+    """fn(*args), noting how many segments the kernel resent meanwhile in those namespaces."""
+    c0 = tcp_counters(spaces)
+    try:
+        return fn(*args)
+    finally:
+        c1 = tcp_counters(spaces)
+        if c0 and c1:
+            d = {k: c1[k] - c0[k] for k in c0}
+            notes.append(f"{what}: the kernel resent {d['RetransSegs']} segments, "
+                         f"{d['TCPDSACKRecvSegs']} of them needlessly (reported back as "
+                         f"duplicates: reordering, not loss)")
+
+
 def ns_congestion(name, spaces=NS):
     """Set each namespace's default tcp congestion control to name (None: leave it); returns
     {namespace: what it was} for those changed."""
@@ -481,11 +525,13 @@ def main(argv=None):
                          f"{a.ns_congestion}, was {', '.join(sorted(set(before.values())))}")
         for link in want:
             print(f"measuring {link} ...", flush=True)
-            links.append(run_link(a, link, sizes))
+            spaces = NS if link == "netns" else (None,)
+            links.append(counted(notes, link, spaces, run_link, a, link, sizes))
         allreduce = None
         if netns_ok and not a.no_allreduce and a.netmods != "none":
             print("measuring allreduce across namespaces ...", flush=True)
-            allreduce = run_allreduce(a, ar_sizes)
+            allreduce = counted(notes, "allreduce across namespaces", NS, run_allreduce,
+                                a, ar_sizes)
     finally:
         for ns, cc in before.items():
             ns_congestion(cc, [ns])
