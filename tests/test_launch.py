@@ -126,9 +126,11 @@ def test_stopped_rank_with_no_one_left_to_continue_it_is_named_and_stopped():
 
 
 def test_stopped_rank_is_caught_by_default():
-    from collectives.launch import STOPPED
-    took = _stopped_run(bound=STOPPED)
-    assert STOPPED <= took < STOPPED + 8, f"the launcher took {took:.1f} s"
+    """With no option the launcher watches for stopped ranks (STOPPED s), and says so in its
+    help; the watch itself is the test above (a run of STOPPED s would only wait longer)."""
+    from collectives.launch import STOPPED, parse_args
+    args = parse_args(["-n", "3", RANK, "selfstop", "1"])
+    assert args.stopped == STOPPED and 0 < STOPPED <= 60 and args.command[0] == RANK
     assert f"default {STOPPED:g}".encode() in launch("--help").stdout
 
 
