@@ -93,7 +93,7 @@ class World(counters.Counted, LocalMemory):
             self._setup_tcp(ident)
         if any("verbs" in c for c in self._choices):
             self._setup_verbs()
-        if not os.environ.get("POOLTENSOR_SPIN_US", "").strip():     # empty is unset
+        if env.number("POOLTENSOR_SPIN_US", None, float) is None:    # unset or empty
             # a peer with a core of its own answers within microseconds: poll for a while;
             # with more ranks than cores the peer needs our core, so sleep almost at once
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
